@@ -1,0 +1,44 @@
+// swift-tools-version:6.1
+//
+// Spindle: a pthread-level work-stealing pool in C (`CSpindle`) with a Swift façade
+// (`Spindle`) that gives it the semantics of Foundation's Operation / OperationQueue.
+import PackageDescription
+
+let package = Package(
+    name: "Spindle",
+    products: [
+        .library(name: "Spindle", targets: ["Spindle"]),
+        .executable(name: "bench", targets: ["bench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // The engine. C11; `_GNU_SOURCE` for sched_getaffinity, pthread_setname_np and
+        // the futex syscall. No unsafe flags, so the package stays usable as a dependency:
+        // `scripts/check-c.sh` compiles the same sources with -Wall -Wextra -Werror.
+        .target(
+            name: "CSpindle",
+            cSettings: [.define("_GNU_SOURCE")],
+            linkerSettings: [.linkedLibrary("pthread")]
+        ),
+        .target(
+            name: "Spindle",
+            dependencies: ["CSpindle"]
+        ),
+        .executableTarget(
+            name: "bench",
+            dependencies: [
+                "Spindle",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Benchmarks/bench"
+        ),
+        .testTarget(
+            name: "SpindleTests",
+            dependencies: ["Spindle", "CSpindle"]
+        ),
+    ],
+    swiftLanguageModes: [.v6],
+    cLanguageStandard: .c11
+)

@@ -1,0 +1,201 @@
+/*
+ * spindle.h — the public C API of Spindle's work-stealing pool.
+ *
+ * A pool owns one worker thread per usable CPU (the CPUs in the process's affinity
+ * mask, not the machine's total), each with its own Chase–Lev deque, plus one injector
+ * queue for submissions from threads outside the pool. See pool.c for the design essay
+ * (scheduling, wake-up and shutdown protocols).
+ *
+ * Ownership of work
+ * -----------------
+ * The unit of work is a `spindle_task`, an intrusive node the *caller* allocates. From
+ * the moment `spindle_submit_task` returns 0 until the engine calls `task->run`, the
+ * engine owns the node: it must stay valid and must not be touched. The engine calls
+ * `run` exactly once; after that the node belongs to the caller again (typically `run`
+ * frees it). Because the node is intrusive, submitting costs no allocation inside the
+ * engine; a language binding can put the node and the closure in one allocation.
+ *
+ * `run` receives a reason: SPINDLE_RUN, or SPINDLE_CANCELLED when the pool was destroyed
+ * with SPINDLE_SHUTDOWN_CANCEL before the task started. A cancelled task must still
+ * release whatever it owns; nothing the engine accepted is ever dropped silently.
+ *
+ * `spindle_submit` is the convenience form taking a function pointer and a context: the
+ * engine allocates the node, calls `fn(ctx, reason)` exactly once and frees the node.
+ * The context belongs to the caller throughout; the engine never dereferences it.
+ *
+ * Errors are returned as errno values (0 on success), never through errno itself.
+ */
+#ifndef SPINDLE_H
+#define SPINDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spindle_pool spindle_pool;
+typedef struct spindle_task spindle_task;
+
+/** Why the engine is calling a task. */
+typedef enum spindle_run_reason {
+    /** Do the work. */
+    SPINDLE_RUN = 0,
+    /** The pool is being destroyed with SPINDLE_SHUTDOWN_CANCEL and the task never
+     *  started: release its resources, do not do the work. */
+    SPINDLE_CANCELLED = 1,
+} spindle_run_reason;
+
+typedef void (*spindle_task_fn)(spindle_task *task, spindle_run_reason reason);
+
+/** An intrusive unit of work. Fill in `run`; leave `spindle_private` alone. */
+struct spindle_task {
+    /** Owned by the engine while the task is queued (queue link, reserved). */
+    void *spindle_private[2];
+    /** Called exactly once, on a worker thread (or, for a join frame popped back, not at
+     *  all: see spindle_join). */
+    spindle_task_fn run;
+};
+
+/** How `spindle_pool_destroy` treats work that has not started. */
+typedef enum spindle_shutdown_mode {
+    /** Run everything already queued, and everything that work spawns, then stop. */
+    SPINDLE_SHUTDOWN_DRAIN = 0,
+    /** Call every task that has not started with SPINDLE_CANCELLED, then stop. Running
+     *  tasks finish normally. */
+    SPINDLE_SHUTDOWN_CANCEL = 1,
+} spindle_shutdown_mode;
+
+/** Pool configuration. Always start from `spindle_config_init`. */
+typedef struct spindle_config {
+    /** Worker threads; 0 means one per CPU in the process's affinity mask. */
+    uint32_t workers;
+    /** Slots in each worker's deque; 0 means 256. Rounded up to a power of two, >= 4.
+     *  When a deque is full, half of it moves to the injector (see deque.c). */
+    uint32_t deque_capacity;
+    /** How long a searching worker keeps looking for work before it parks, in
+     *  nanoseconds; 0 means the default (SPINDLE_DEFAULT_SPIN_NS). */
+    uint32_t spin_ns;
+    /** Nice value each worker applies to itself at start; 0 leaves the inherited one.
+     *  A refused negative value (EACCES/EPERM) leaves the worker at its inherited nice
+     *  and is reported through `spindle_pool_nice_status`. */
+    int32_t nice;
+    /** Thread-name prefix; NULL means "spindle-w". Workers are named prefix + index,
+     *  truncated to the kernel's 15 characters. */
+    const char *name;
+} spindle_config;
+
+#define SPINDLE_DEFAULT_DEQUE_CAPACITY 256u
+#define SPINDLE_DEFAULT_SPIN_NS 50000u
+
+/** Fills `cfg` with the defaults. */
+void spindle_config_init(spindle_config *cfg);
+
+/**
+ * Creates a pool and starts its workers. Returns 0 and sets `*out`, or EINVAL (bad
+ * configuration), ENOMEM, or the error pthread_create returned (no thread is left
+ * running on failure).
+ */
+int spindle_pool_create(const spindle_config *cfg, spindle_pool **out);
+
+/**
+ * Stops the pool and frees it. Blocks until every worker has exited; on return every
+ * task the pool accepted has been run (DRAIN) or run or cancelled (CANCEL).
+ * Returns EDEADLK, and does nothing, when called from one of this pool's own workers
+ * (it would wait for itself); EALREADY when another thread is already destroying it.
+ */
+int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode);
+
+/**
+ * Queues `task`. From one of this pool's workers the task goes on that worker's deque
+ * (LIFO for the owner, stolen FIFO); from any other thread it goes to the injector.
+ * Returns 0, or ESHUTDOWN when the pool is being destroyed and the caller is not one of
+ * its workers (the task is then still the caller's: nothing was queued).
+ */
+int spindle_submit_task(spindle_pool *pool, spindle_task *task);
+
+/** Convenience: allocates the node. Returns 0, ENOMEM or ESHUTDOWN (then `fn` is never
+ *  called and `ctx` is still the caller's). */
+int spindle_submit(spindle_pool *pool, void (*fn)(void *ctx, spindle_run_reason reason),
+                   void *ctx);
+
+/** Number of worker threads. */
+uint32_t spindle_pool_worker_count(const spindle_pool *pool);
+
+/** Index of the calling thread among this pool's workers, or -1 when the caller is not
+ *  one of them. */
+int spindle_pool_current_worker(const spindle_pool *pool);
+
+/** The pool whose worker is the calling thread, or NULL. */
+spindle_pool *spindle_current_pool(void);
+
+/** True once `spindle_pool_destroy` has begun. */
+bool spindle_pool_is_shutting_down(const spindle_pool *pool);
+
+/**
+ * The nice value the workers actually run at, and 0 or the errno with which the
+ * requested one was refused (each worker reports the first refusal; the pool keeps the
+ * first one reported).
+ */
+int32_t spindle_pool_effective_nice(const spindle_pool *pool);
+int spindle_pool_nice_error(const spindle_pool *pool);
+
+/** Per-worker counters. All are monotonic since the pool was created. */
+typedef struct spindle_worker_stats {
+    uint64_t executed;      /* tasks this worker ran (or cancelled)                   */
+    uint64_t stolen;        /* tasks this worker took from another worker's deque      */
+    uint64_t stolen_from;   /* tasks other workers took from this worker's deque       */
+    uint64_t parked;        /* times this worker went to sleep                         */
+    uint64_t injector_pops; /* tasks this worker took from the injector                */
+    uint64_t overflowed;    /* tasks this worker moved from its full deque to injector */
+    uint64_t cpu_ns;        /* CPU time the thread has consumed                        */
+} spindle_worker_stats;
+
+/** Copies up to `count` workers' counters into `out`; returns how many were copied.
+ *  Safe to call at any time from any thread; each counter is read atomically. */
+uint32_t spindle_pool_stats(const spindle_pool *pool, spindle_worker_stats *out,
+                            uint32_t count);
+
+/** Sum of the CPU time consumed by all of this pool's worker threads, in nanoseconds. */
+uint64_t spindle_pool_cpu_time_ns(const spindle_pool *pool);
+
+/*
+ * Fork-join
+ * ---------
+ * A join frame lives on the caller's stack. `spindle_fork` offers `frame->fn(ctx)` to
+ * the pool; the caller then does its own half of the work and calls `spindle_join`:
+ *   - if the frame was not taken by anyone, `spindle_join` returns true and the caller
+ *     runs `fn(ctx)` itself (inline, no synchronisation: the common case);
+ *   - otherwise it waits until the thief has finished, executing other pool work in the
+ *     meantime when the caller is a worker, and returns false.
+ * Every fork must be joined, innermost first, before the frame goes out of scope.
+ */
+typedef struct spindle_join_frame {
+    spindle_task task;          /* engine-owned */
+    void (*fn)(void *ctx);      /* the offered half; set before spindle_fork */
+    void *ctx;
+    void *spindle_waiter;       /* engine-owned */
+    uint32_t spindle_state;     /* engine-owned: the latch */
+    uint32_t spindle_flags;     /* engine-owned */
+} spindle_join_frame;
+
+void spindle_fork(spindle_pool *pool, spindle_join_frame *frame);
+bool spindle_join(spindle_pool *pool, spindle_join_frame *frame);
+
+/**
+ * Runs `body(ctx, begin, end)` over disjoint ranges covering [0, n), on the caller and
+ * the pool's workers, and returns when every range has finished. `grain` is the
+ * smallest range handed out (0 picks one). The caller participates; when it is a
+ * worker it also helps with other work while the last ranges finish.
+ * Returns 0, or ENOMEM (then nothing ran).
+ */
+int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
+                         void (*body)(void *ctx, size_t begin, size_t end), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPINDLE_H */

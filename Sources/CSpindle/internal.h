@@ -1,0 +1,225 @@
+/*
+ * internal.h — structures shared by the engine's files. Not installed; not seen by Swift.
+ *
+ * One file per concern:
+ *   deque.c     Chase–Lev work-stealing deque (bounded ring, overflow to the injector)
+ *   injector.c  multi-producer queue for submissions from outside the pool
+ *   park.c      per-thread futex parking, the idle/searching accounting, wake-ups
+ *   worker.c    the worker loop: finding work, stealing, running, sleeping
+ *   join.c      fork-join frames, latches, parallel-for
+ *   pool.c      create, submit, destroy (the design essay and the shutdown protocol)
+ *   stats.c     counter snapshots
+ */
+#ifndef SPINDLE_INTERNAL_H
+#define SPINDLE_INTERNAL_H
+
+#include "spindle.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ThreadSanitizer does not model standalone fences (atomic_thread_fence), so code that
+ * publishes data through "relaxed store + fence" looks racy to it. Under TSan the deque
+ * uses the equivalent release-store / acquire-load / seq_cst RMW forms instead (see
+ * deque.c). Clang spells the check __has_feature, GCC __SANITIZE_THREAD__. */
+#if defined(__SANITIZE_THREAD__)
+#define SPINDLE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SPINDLE_TSAN 1
+#endif
+#endif
+#ifndef SPINDLE_TSAN
+#define SPINDLE_TSAN 0
+#endif
+
+/* 128 bytes: x86's adjacent-line prefetcher pulls cache lines in pairs, so 64-byte
+ * padding still false-shares (crossbeam's CachePadded makes the same choice). */
+#define SPINDLE_CACHELINE 128
+#define SPINDLE_ALIGNED __attribute__((aligned(SPINDLE_CACHELINE)))
+
+static inline void spindle_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* The intrusive link lives in task->spindle_private[0]. The public struct declares it as
+ * a plain pointer so Swift can import the type; lock-free _Atomic(T *) has the same size
+ * and representation as T * on every ABI Spindle builds for (checked below). */
+_Static_assert(sizeof(_Atomic(spindle_task *)) == sizeof(void *), "atomic pointer size");
+_Static_assert(_Alignof(_Atomic(spindle_task *)) == _Alignof(void *), "atomic pointer align");
+
+static inline _Atomic(spindle_task *) *spindle_task_link(spindle_task *t) {
+    return (_Atomic(spindle_task *) *)(void *)&t->spindle_private[0];
+}
+
+uint64_t spindle_now_ns(void);
+
+/* ------------------------------------------------------------------------------------
+ * Injector (injector.c): Vyukov's intrusive MPSC queue, producers wait-free (one XCHG);
+ * consumers serialised by a try-lock so that any worker may drain it in batches.
+ */
+typedef struct spindle_injector {
+    /* Producer side. */
+    SPINDLE_ALIGNED _Atomic(spindle_task *) tail;
+    _Atomic int64_t len; /* approximate; for batch sizing and emptiness hints */
+    /* Consumer side, guarded by `consumer`. */
+    SPINDLE_ALIGNED atomic_flag consumer;
+    spindle_task *head;
+    spindle_task stub;
+} spindle_injector;
+
+void spindle_injector_init(spindle_injector *q);
+/* Pushes the chain first..last (already linked through their links; last's link is
+ * overwritten). `n` is the chain's length. */
+void spindle_injector_push_chain(spindle_injector *q, spindle_task *first, spindle_task *last,
+                                 int64_t n);
+static inline void spindle_injector_push(spindle_injector *q, spindle_task *t) {
+    spindle_injector_push_chain(q, t, t, 1);
+}
+/* Pops up to `max` tasks into out[]; returns how many. 0 when empty, when a producer is
+ * half-way through a push, or when another consumer holds the queue. */
+uint32_t spindle_injector_pop_batch(spindle_injector *q, spindle_task **out, uint32_t max);
+/* True when the queue may hold tasks (conservative: "maybe" answers true). */
+bool spindle_injector_maybe_nonempty(spindle_injector *q);
+
+/* ------------------------------------------------------------------------------------
+ * Deque (deque.c): Chase–Lev, Lê et al. orderings, fixed power-of-two ring.
+ */
+typedef struct spindle_deque {
+    SPINDLE_ALIGNED _Atomic int64_t top;    /* thieves CAS it forward               */
+    SPINDLE_ALIGNED _Atomic int64_t bottom; /* written only by the owner            */
+    _Atomic(spindle_task *) *buf;           /* `cap` slots, owner writes, all read  */
+    int64_t mask;                           /* cap - 1                              */
+} spindle_deque;
+
+typedef enum { SPINDLE_STEAL_EMPTY = 0, SPINDLE_STEAL_OK = 1, SPINDLE_STEAL_RETRY = 2 } spindle_steal_result;
+
+int spindle_deque_init(spindle_deque *d, uint32_t capacity, void *(*alloc)(size_t, void *),
+                       void *alloc_ctx);
+void spindle_deque_free(spindle_deque *d, void (*dealloc)(void *, size_t, void *),
+                        void *alloc_ctx);
+/* Owner only. When full, moves the older half to `overflow` and returns how many it
+ * moved (0 when there was room). */
+uint32_t spindle_deque_push(spindle_deque *d, spindle_task *t, spindle_injector *overflow);
+/* Owner only: LIFO. */
+spindle_task *spindle_deque_pop(spindle_deque *d);
+/* Any thread: FIFO. */
+spindle_steal_result spindle_deque_steal(spindle_deque *d, spindle_task **out);
+/* Any thread: racy length estimate (exact when quiescent). */
+int64_t spindle_deque_len(spindle_deque *d);
+
+/* ------------------------------------------------------------------------------------
+ * Parking (park.c).
+ */
+typedef struct spindle_parker {
+    _Atomic uint32_t state; /* futex word: EMPTY, PARKED, NOTIFIED */
+} spindle_parker;
+
+void spindle_parker_park(spindle_parker *p);
+void spindle_parker_unpark(spindle_parker *p);
+
+void spindle_futex_wait(_Atomic uint32_t *word, uint32_t expected);
+void spindle_futex_wake(_Atomic uint32_t *word, int count);
+
+/* Latch states (join.c / park.c). */
+enum { SPINDLE_LATCH_UNSET = 0, SPINDLE_LATCH_SLEEPING = 1, SPINDLE_LATCH_SET = 2 };
+
+typedef struct spindle_worker spindle_worker;
+
+/* The idle accounting (tokio's idle.rs, Go's nmspinning/npidle). */
+typedef struct spindle_idle {
+    /* Low 32 bits: workers searching for work. High 32 bits: workers not parked.
+     * RMW'd seq_cst; see park.c for the argument. */
+    SPINDLE_ALIGNED _Atomic uint64_t state;
+    SPINDLE_ALIGNED pthread_mutex_t lock;
+    uint32_t *sleepers;     /* stack of parked worker indices, under `lock` */
+    uint32_t nsleepers;     /* under `lock` */
+    uint32_t task_sleepers; /* sleepers parked in the middle of a task (join waits) */
+    uint32_t nworkers;
+} spindle_idle;
+
+/* ------------------------------------------------------------------------------------
+ * Worker and pool.
+ */
+typedef struct spindle_counters {
+    /* Single-writer counters (the owning worker), relaxed: readers want a value, not an
+     * ordering. `stolen_from` is the exception: thieves add to it with fetch_add. */
+    _Atomic uint64_t executed, stolen, parked, injector_pops, overflowed;
+    SPINDLE_ALIGNED _Atomic uint64_t stolen_from;
+} spindle_counters;
+
+struct spindle_worker {
+    SPINDLE_ALIGNED spindle_deque deque;
+    spindle_pool *pool;
+    uint32_t index;
+    uint32_t tick;           /* owner-only: scheduling ticks, for injector fairness */
+    uint64_t rng;            /* owner-only: xorshift state for victim selection     */
+    bool searching;          /* owner-only mirror of its share of idle.state        */
+    /* Under idle.lock: */
+    bool in_sleepers;
+    bool woken_searching;    /* set by the waker: wake as a searcher (notify) or not */
+    bool waiting_in_task;    /* parked inside a join wait, not in the main loop      */
+    SPINDLE_ALIGNED spindle_parker parker;
+    spindle_counters counters;
+    pthread_t thread;
+    bool started;
+};
+
+struct spindle_pool {
+    spindle_worker *workers;
+    uint32_t nworkers;
+    uint32_t deque_capacity;
+    uint64_t spin_ns;
+    int32_t requested_nice;
+    char name[16];
+
+    SPINDLE_ALIGNED spindle_injector injector;
+    spindle_idle idle;
+
+    /* 0 running, 1 draining, 2 cancelling. Set once by destroy (seq_cst: pairs with the
+     * seq_cst increment of `submitters` in spindle_submit_task, Dekker-style). */
+    SPINDLE_ALIGNED _Atomic int shutdown;
+    /* External submitters between their check of `shutdown` and the end of their push. */
+    _Atomic int64_t submitters;
+    /* Set under idle.lock when the pool has quiesced after shutdown; workers exit. */
+    _Atomic bool terminated;
+
+    /* Workers that have finished starting (name, nice); create waits for all of them. */
+    _Atomic uint32_t ready;
+    _Atomic int32_t effective_nice;
+    _Atomic int nice_error;
+};
+
+extern _Thread_local spindle_worker *spindle_tls_worker;
+
+/* worker.c */
+void *spindle_worker_main(void *arg);
+/* Runs pool work on worker `w` until `*latch` is SET (latch may not be NULL here). */
+void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);
+void spindle_run_task(spindle_worker *w, spindle_task *t);
+/* Local push from worker `w`, then wake a sleeper if the pool needs one. */
+void spindle_worker_push(spindle_worker *w, spindle_task *t);
+
+/* park.c: the idle protocol */
+int spindle_idle_init(spindle_idle *idle, uint32_t nworkers);
+void spindle_idle_destroy(spindle_idle *idle);
+void spindle_notify_one(spindle_pool *pool);
+void spindle_notify_all(spindle_pool *pool);
+bool spindle_idle_try_start_searching(spindle_idle *idle);
+bool spindle_idle_stop_searching(spindle_idle *idle); /* true: was the last searcher */
+/* Parks worker `w`. `latch` NULL: main loop; returns false when the pool terminated.
+ * Non-NULL: a join wait; returns once woken (the latch may or may not be set). */
+bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch);
+/* Called by whoever set a latch that a worker was sleeping on. */
+void spindle_idle_wake_latch_waiter(spindle_worker *w);
+bool spindle_pool_has_pending_work(spindle_pool *pool);
+
+#endif /* SPINDLE_INTERNAL_H */

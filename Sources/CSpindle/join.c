@@ -1,0 +1,234 @@
+/*
+ * join.c — fork-join frames, latches and the parallel loop.
+ *
+ * A latch is one 32-bit word: UNSET -> (SLEEPING) -> SET. The waiter announces that it
+ * may sleep with a CAS UNSET -> SLEEPING; the setter exchanges in SET and, if it read
+ * SLEEPING, wakes the waiter. Both are RMWs on the same word, so they are totally
+ * ordered: either the waiter's CAS fails because the latch is already SET, or the
+ * setter sees SLEEPING and wakes it. No wake-up is lost (L1).
+ *
+ * How the setter wakes the waiter depends on who waits:
+ *   - a worker of the pool (the common case: the joiner is a worker): the frame records
+ *     the worker at fork time, before the frame is published, and the setter wakes
+ *     that worker through the idle protocol (spindle_idle_wake_latch_waiter). The worker
+ *     struct lives as long as the pool, so touching it after the exchange is safe even
+ *     though the frame itself may already be gone (L2);
+ *   - a thread outside the pool: it sleeps on the latch word with FUTEX_WAIT and the
+ *     setter calls FUTEX_WAKE on it after the exchange. The waiter may wake spuriously,
+ *     see SET and return (ending the frame's lifetime) before that call: the setter then
+ *     issues a FUTEX_WAKE for an address nobody waits on, or on which some later waiter
+ *     sleeps. That is harmless: the setter writes nothing after the exchange, and every
+ *     futex waiter re-checks its word after waking (glibc's mutex unlock and Rust's
+ *     Futex-based Once make the same trade).
+ *
+ * Join frames. spindle_fork pushes the frame on the worker's own deque (or, from
+ * outside the pool, on the injector). spindle_join pops the deque until it meets the
+ * frame (true: the caller runs it inline) or the deque runs dry (the frame was stolen
+ * or overflowed: wait for the latch while running other work). Tasks found above the
+ * frame — ones the forked half submitted — are simply run: they are ordinary work.
+ * A frame always runs when dequeued, even by a pool that is cancelling: the task that
+ * forked it is running and needs its result.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+enum { FRAME_INLINE = 0, FRAME_LOCAL = 1, FRAME_REMOTE = 2 };
+
+static inline _Atomic uint32_t *frame_latch(spindle_join_frame *f) {
+    return (_Atomic uint32_t *)(void *)&f->spindle_state;
+}
+
+_Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t), "atomic u32 size");
+
+static void latch_set(_Atomic uint32_t *latch, spindle_worker *waiter) {
+    /* acq_rel: release publishes the work done before setting (the joined half's
+     * results) to the waiter's acquire load; acquire orders our read of SLEEPING after
+     * the waiter's announcement. `waiter` was read before the exchange (L2). */
+    if (atomic_exchange_explicit(latch, SPINDLE_LATCH_SET, memory_order_acq_rel) ==
+        SPINDLE_LATCH_SLEEPING) {
+        if (waiter)
+            spindle_idle_wake_latch_waiter(waiter);
+        else
+            spindle_futex_wake(latch, 1);
+    }
+}
+
+/* An outside thread waits: spin briefly (the other half is often nearly done), then
+ * sleep on the latch word itself. */
+static void latch_wait_external(_Atomic uint32_t *latch) {
+    uint64_t deadline = 0;
+    for (uint32_t i = 0;; i++) {
+        /* Acquire pairs with latch_set's release. */
+        if (atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET) return;
+        if ((i & 63) == 0) {
+            uint64_t now = spindle_now_ns();
+            if (!deadline)
+                deadline = now + SPINDLE_DEFAULT_SPIN_NS;
+            else if (now > deadline)
+                break;
+        }
+        spindle_cpu_relax();
+    }
+    uint32_t expected = SPINDLE_LATCH_UNSET;
+    /* See L1; acq_rel/acquire as in spindle_worker_wait_latch. */
+    if (!atomic_compare_exchange_strong_explicit(latch, &expected, SPINDLE_LATCH_SLEEPING,
+                                                 memory_order_acq_rel, memory_order_acquire) &&
+        expected == SPINDLE_LATCH_SET)
+        return;
+    while (atomic_load_explicit(latch, memory_order_acquire) != SPINDLE_LATCH_SET)
+        spindle_futex_wait(latch, SPINDLE_LATCH_SLEEPING);
+}
+
+static void frame_run(spindle_task *task, spindle_run_reason reason) {
+    (void)reason; /* frames always run: their forker is waiting for the result */
+    spindle_join_frame *f = (spindle_join_frame *)(void *)task;
+    spindle_worker *waiter = f->spindle_waiter; /* before the latch is set (L2) */
+    f->fn(f->ctx);
+    latch_set(frame_latch(f), waiter);
+}
+
+void spindle_fork(spindle_pool *pool, spindle_join_frame *f) {
+    f->task.run = frame_run;
+    atomic_init(frame_latch(f), SPINDLE_LATCH_UNSET);
+    spindle_worker *w = spindle_tls_worker;
+    if (w && w->pool == pool) {
+        f->spindle_waiter = w;
+        f->spindle_flags = FRAME_LOCAL;
+        spindle_worker_push(w, &f->task);
+        return;
+    }
+    f->spindle_waiter = NULL;
+    /* A pool that is shutting down refuses outside work: the caller runs both halves. */
+    f->spindle_flags = spindle_submit_task(pool, &f->task) == 0 ? FRAME_REMOTE : FRAME_INLINE;
+}
+
+bool spindle_join(spindle_pool *pool, spindle_join_frame *f) {
+    (void)pool;
+    if (f->spindle_flags == FRAME_INLINE) return true;
+    if (f->spindle_flags == FRAME_REMOTE) {
+        latch_wait_external(frame_latch(f));
+        return false;
+    }
+    spindle_worker *w = f->spindle_waiter;
+    for (;;) {
+        spindle_task *t = spindle_deque_pop(&w->deque);
+        if (t == &f->task) return true;
+        if (!t) break;
+        spindle_run_task(w, t);
+    }
+    spindle_worker_wait_latch(w, frame_latch(f));
+    return false;
+}
+
+/* ---- parallel for --------------------------------------------------------------------- */
+
+typedef struct pf_job {
+    _Atomic size_t next;      /* next index to hand out                       */
+    _Atomic size_t done;      /* iterations completed                         */
+    _Atomic uint32_t refs;    /* the caller + every helper not yet finished   */
+    _Atomic uint32_t latch;   /* set when done == n                           */
+    spindle_worker *waiter;   /* the caller, when it is a worker (L2)         */
+    size_t n, grain;
+    void (*body)(void *, size_t, size_t);
+    void *ctx;
+    uint32_t nhelpers;
+    spindle_task helpers[];
+} pf_job;
+
+static void pf_release(pf_job *j) {
+    /* acq_rel: the last owner must see every other owner's accesses before freeing. */
+    if (atomic_fetch_sub_explicit(&j->refs, 1, memory_order_acq_rel) == 1) free(j);
+}
+
+static void pf_work(pf_job *j) {
+    for (;;) {
+        /* Relaxed claims: the counter only partitions the index space; the data the
+         * body needs was published by the task's enqueue (or is the caller's own). The
+         * load first keeps `next` from creeping past n by a grain per late helper. */
+        if (atomic_load_explicit(&j->next, memory_order_relaxed) >= j->n) return;
+        size_t b = atomic_fetch_add_explicit(&j->next, j->grain, memory_order_relaxed);
+        if (b >= j->n) return;
+        size_t e = b + j->grain < j->n ? b + j->grain : j->n;
+        j->body(j->ctx, b, e);
+        /* acq_rel: release publishes this range's effects; acquire (for the one that
+         * completes the count) gathers everyone's before it sets the latch. */
+        size_t prev = atomic_fetch_add_explicit(&j->done, e - b, memory_order_acq_rel);
+        if (prev + (e - b) == j->n) latch_set(&j->latch, j->waiter);
+    }
+}
+
+static void pf_helper_run(spindle_task *t, spindle_run_reason reason) {
+    pf_job *j = t->spindle_private[1];
+    /* A cancelled helper does no work; the caller takes the ranges it would have. */
+    if (reason == SPINDLE_RUN) pf_work(j);
+    pf_release(j);
+}
+
+int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
+                         void (*body)(void *ctx, size_t begin, size_t end), void *ctx) {
+    if (n == 0) return 0;
+    uint32_t workers = pool->nworkers;
+    if (grain == 0) {
+        /* About eight ranges per worker: enough slack for stealing to even out uneven
+         * iterations, few enough that the shared counter is not a hot spot. */
+        grain = n / ((size_t)workers * 8);
+        if (grain == 0) grain = 1;
+    }
+    spindle_worker *w = spindle_tls_worker;
+    if (w && w->pool != pool) w = NULL;
+    size_t ranges = (n + grain - 1) / grain;
+    uint32_t helpers = w ? workers - 1 : workers;
+    if (ranges - 1 < helpers) helpers = (uint32_t)(ranges - 1);
+    if (helpers == 0) {
+        body(ctx, 0, n);
+        return 0;
+    }
+    pf_job *j = malloc(sizeof *j + helpers * sizeof(spindle_task));
+    if (!j) return ENOMEM;
+    atomic_init(&j->next, 0);
+    atomic_init(&j->done, 0);
+    atomic_init(&j->refs, helpers + 1);
+    atomic_init(&j->latch, SPINDLE_LATCH_UNSET);
+    j->waiter = w;
+    j->n = n;
+    j->grain = grain;
+    j->body = body;
+    j->ctx = ctx;
+    j->nhelpers = helpers;
+    for (uint32_t i = 0; i < helpers; i++) {
+        j->helpers[i].run = pf_helper_run;
+        j->helpers[i].spindle_private[1] = j;
+    }
+    if (w) {
+        for (uint32_t i = 0; i < helpers; i++) spindle_worker_push(w, &j->helpers[i]);
+    } else {
+        for (uint32_t i = 0; i < helpers; i++) {
+            if (spindle_submit_task(pool, &j->helpers[i]) != 0) {
+                /* Shutting down: the caller does those ranges itself. Relaxed: nobody
+                 * else can reach the references we drop here. */
+                atomic_fetch_sub_explicit(&j->refs, helpers - i, memory_order_relaxed);
+                break;
+            }
+        }
+    }
+    pf_work(j);
+    if (w) {
+        /* Take back the helpers nobody started (they sit on top of our deque) until the
+         * last range completes; helpers left behind then just drop their reference. */
+        while (atomic_load_explicit(&j->latch, memory_order_acquire) != SPINDLE_LATCH_SET) {
+            spindle_task *t = spindle_deque_pop(&w->deque);
+            if (!t) break;
+            if (t >= j->helpers && t < j->helpers + helpers)
+                pf_release(j);
+            else
+                spindle_run_task(w, t);
+        }
+        spindle_worker_wait_latch(w, &j->latch);
+    } else {
+        latch_wait_external(&j->latch);
+    }
+    pf_release(j);
+    return 0;
+}

@@ -1,0 +1,311 @@
+/*
+ * park.c — putting workers to sleep and waking them, without losing a wake-up, without
+ * a thundering herd, and without burning CPU while idle.
+ *
+ * Two layers:
+ *
+ * 1. The parker: one futex word per worker (EMPTY / PARKED / NOTIFIED), the protocol of
+ *    tokio's park and Rust's std thread parker. `unpark` leaves a token if the thread is
+ *    not asleep yet, so an unpark that races ahead of its park is never lost (P1).
+ *
+ * 2. The idle accounting, after tokio's idle.rs and Go's proc.go ("spinning" threads):
+ *      state = (unparked << 32) | searching        one 64-bit word, seq_cst RMWs
+ *      sleepers = stack of parked worker indices     under `lock`
+ *    - A worker out of local work may become a *searcher* (it steals and polls the
+ *      injector for up to `spin_ns` before parking) only while 2 * searching < workers:
+ *      at most half the pool spins, so a burst of work does not wake a herd (S1).
+ *    - Whoever makes work available (a submit, a local push, an overflow) calls
+ *      notify_one, which wakes a sleeper only if nobody is searching and somebody is
+ *      parked. One searcher is enough: when a searcher finds work it stops searching,
+ *      and if it was the *last* searcher it wakes the next one (S2), which keeps the
+ *      wake-ups flowing one at a time as long as there is work to share.
+ *    - A worker that parks decrements `unparked` (and `searching`, if it was one) under
+ *      `lock` and pushes itself on `sleepers`; notify_one pops a sleeper and increments
+ *      both counts under the same lock, so the counts and the stack always agree.
+ *
+ * No lost wake-up (the Dekker pairing). The danger is a submitter that sees a searcher
+ * (so wakes nobody) while that searcher, having already looked at the queues, parks.
+ *      submitter                             last searcher
+ *      a) push the task (store)              x) RMW state: searching -= 1 (seq_cst)
+ *      b) fence(seq_cst)                     y) fence(seq_cst)
+ *      c) load state                         z) look at every queue once more
+ *    The two fences are totally ordered. If b precedes y, the searcher's loads in z see
+ *    the push from a, and it wakes a worker (itself stays parked but notifies one). If y
+ *    precedes b, the submitter's load in c sees the decrement from x: with no searcher
+ *    left it wakes a sleeper. Either way somebody runs the task. Only the *last*
+ *    searcher needs step z: while another searcher remains, that one will find the work
+ *    (S2 then keeps the chain going). Go's proc.go states the same protocol ("the
+ *    spinning->non-spinning transition ... StoreLoad barrier ... check all queues").
+ *
+ * Idle CPU. A parked worker is blocked in FUTEX_WAIT and consumes nothing; a searcher
+ * spins for at most `spin_ns` (50 µs by default — a futex wake costs ~26 µs on our VMs,
+ * so a short spin hides the wake for bursts) and then parks. There are no timers: an
+ * idle pool is fully asleep within one spin period.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { PARK_EMPTY = 0, PARK_PARKED = 1, PARK_NOTIFIED = 2 };
+
+#define SEARCHING_ONE ((uint64_t)1)
+#define UNPARKED_ONE ((uint64_t)1 << 32)
+#define SEARCHING(s) ((uint32_t)((s) & 0xffffffffu))
+#define UNPARKED(s) ((uint32_t)((s) >> 32))
+
+uint64_t spindle_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void spindle_futex_wait(_Atomic uint32_t *word, uint32_t expected) {
+    /* Private futex: the word is never shared across processes. EINTR/EAGAIN are
+     * spurious returns; every caller re-checks its condition in a loop. */
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+void spindle_futex_wake(_Atomic uint32_t *word, int count) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+
+/* ---- the parker (P1) ---------------------------------------------------------------- */
+
+void spindle_parker_park(spindle_parker *p) {
+    uint32_t expected = PARK_NOTIFIED;
+    /* Acquire pairs with unpark's release exchange: whatever the waker did before
+     * unparking is visible once we consume its token. */
+    if (atomic_compare_exchange_strong_explicit(&p->state, &expected, PARK_EMPTY,
+                                                memory_order_acquire, memory_order_relaxed))
+        return;
+    expected = PARK_EMPTY;
+    /* Relaxed on success: announcing sleep publishes nothing; the futex re-checks the
+     * word in the kernel under its own lock. On failure the state is NOTIFIED (only we
+     * write PARKED/EMPTY): consume the token with acquire, as above. */
+    if (!atomic_compare_exchange_strong_explicit(&p->state, &expected, PARK_PARKED,
+                                                 memory_order_relaxed, memory_order_relaxed)) {
+        atomic_exchange_explicit(&p->state, PARK_EMPTY, memory_order_acquire);
+        return;
+    }
+    for (;;) {
+        spindle_futex_wait(&p->state, PARK_PARKED);
+        expected = PARK_NOTIFIED;
+        if (atomic_compare_exchange_strong_explicit(&p->state, &expected, PARK_EMPTY,
+                                                    memory_order_acquire, memory_order_relaxed))
+            return;
+        /* Spurious wake-up (signal, stale wake): sleep again. */
+    }
+}
+
+void spindle_parker_unpark(spindle_parker *p) {
+    /* Release pairs with park's acquire. The exchange leaves the token even if the
+     * thread has not gone to sleep yet (P1); only a thread actually in PARKED needs the
+     * syscall. */
+    if (atomic_exchange_explicit(&p->state, PARK_NOTIFIED, memory_order_release) == PARK_PARKED)
+        spindle_futex_wake(&p->state, 1);
+}
+
+/* ---- the idle accounting (S1, S2) ----------------------------------------------------- */
+
+int spindle_idle_init(spindle_idle *idle, uint32_t nworkers) {
+    idle->sleepers = calloc(nworkers, sizeof(uint32_t));
+    if (!idle->sleepers) return ENOMEM;
+    idle->nsleepers = 0;
+    idle->task_sleepers = 0;
+    idle->nworkers = nworkers;
+    /* Every worker starts unparked and not searching; each parks on its own. */
+    atomic_init(&idle->state, (uint64_t)nworkers << 32);
+    int rc = pthread_mutex_init(&idle->lock, NULL);
+    if (rc) free(idle->sleepers);
+    return rc;
+}
+
+void spindle_idle_destroy(spindle_idle *idle) {
+    pthread_mutex_destroy(&idle->lock);
+    free(idle->sleepers);
+}
+
+bool spindle_idle_try_start_searching(spindle_idle *idle) {
+    /* seq_cst load then RMW, as tokio: the bound (S1) is a heuristic, a racy overshoot by
+     * one or two searchers is harmless; the RMW itself must be seq_cst because the
+     * searching count takes part in the Dekker argument above. */
+    uint64_t s = atomic_load_explicit(&idle->state, memory_order_seq_cst);
+    if (2 * SEARCHING(s) >= idle->nworkers) return false;
+    atomic_fetch_add_explicit(&idle->state, SEARCHING_ONE, memory_order_seq_cst);
+    return true;
+}
+
+bool spindle_idle_stop_searching(spindle_idle *idle) {
+    /* seq_cst: step x of the Dekker pairing when it is the last searcher. */
+    uint64_t prev = atomic_fetch_sub_explicit(&idle->state, SEARCHING_ONE, memory_order_seq_cst);
+    return SEARCHING(prev) == 1;
+}
+
+/* Should a new piece of work wake a sleeper? Nobody searching, somebody parked. */
+static bool should_wake(spindle_idle *idle, uint64_t s) {
+    return SEARCHING(s) == 0 && UNPARKED(s) < idle->nworkers;
+}
+
+void spindle_notify_one(spindle_pool *pool) {
+    spindle_idle *idle = &pool->idle;
+    /* Step b of the Dekker pairing: the caller has just published work; order that
+     * store before our load of the state. */
+    atomic_thread_fence(memory_order_seq_cst);
+    /* Relaxed after the fence: the fence provides the ordering. Fast path: someone is
+     * searching or nobody is parked — no lock, no syscall. */
+    if (!should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed))) return;
+    spindle_worker *w = NULL;
+    pthread_mutex_lock(&idle->lock);
+    /* Re-check under the lock: the counts only change in our favour under it. */
+    if (should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed)) &&
+        idle->nsleepers > 0) {
+        uint32_t i = idle->sleepers[--idle->nsleepers];
+        w = &pool->workers[i];
+        w->in_sleepers = false;
+        w->woken_searching = true;
+        if (w->waiting_in_task) idle->task_sleepers--;
+        /* seq_cst RMW: the woken worker is a searcher from this instant, so no other
+         * notifier wakes a second one for the same work (S1, S2). */
+        atomic_fetch_add_explicit(&idle->state, SEARCHING_ONE | UNPARKED_ONE,
+                                  memory_order_seq_cst);
+    }
+    pthread_mutex_unlock(&idle->lock);
+    if (w) spindle_parker_unpark(&w->parker);
+}
+
+void spindle_notify_all(spindle_pool *pool) {
+    spindle_idle *idle = &pool->idle;
+    pthread_mutex_lock(&idle->lock);
+    uint32_t n = idle->nsleepers;
+    for (uint32_t k = 0; k < n; k++) {
+        spindle_worker *w = &pool->workers[idle->sleepers[k]];
+        w->in_sleepers = false;
+        w->woken_searching = false;
+        if (w->waiting_in_task) idle->task_sleepers--;
+    }
+    idle->nsleepers = 0;
+    atomic_fetch_add_explicit(&idle->state, (uint64_t)n * UNPARKED_ONE, memory_order_seq_cst);
+    pthread_mutex_unlock(&idle->lock);
+    /* Unpark everyone, including workers that were not in the list (they are between
+     * checks and will find the token or the flag that made us call this). */
+    for (uint32_t i = 0; i < pool->nworkers; i++) spindle_parker_unpark(&pool->workers[i].parker);
+}
+
+bool spindle_pool_has_pending_work(spindle_pool *pool) {
+    if (spindle_injector_maybe_nonempty(&pool->injector)) return true;
+    for (uint32_t i = 0; i < pool->nworkers; i++)
+        if (spindle_deque_len(&pool->workers[i].deque) > 0) return true;
+    return false;
+}
+
+/* Termination of a shutting-down pool (see pool.c, shutdown step 4). Called under the
+ * lock by a worker that has just registered as parked from the main loop. */
+static bool quiescent_locked(spindle_pool *pool) {
+    if (atomic_load_explicit(&pool->shutdown, memory_order_acquire) == 0) return false;
+    uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_relaxed);
+    if (UNPARKED(s) != 0 || pool->idle.task_sleepers != 0) return false;
+    return !spindle_pool_has_pending_work(pool);
+}
+
+/* Takes a worker parked in a join wait off the sleeper stack and counts it unparked
+ * (not searching). Under the lock. */
+static void unlist_task_sleeper_locked(spindle_idle *idle, spindle_worker *w) {
+    for (uint32_t k = 0; k < idle->nsleepers; k++) {
+        if (idle->sleepers[k] == w->index) {
+            idle->sleepers[k] = idle->sleepers[--idle->nsleepers];
+            break;
+        }
+    }
+    w->in_sleepers = false;
+    idle->task_sleepers--;
+    /* seq_cst: the accounting RMWs all take part in the Dekker argument. */
+    atomic_fetch_add_explicit(&idle->state, UNPARKED_ONE, memory_order_seq_cst);
+}
+
+bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
+    spindle_pool *pool = w->pool;
+    spindle_idle *idle = &pool->idle;
+    bool was_searching = w->searching;
+    w->searching = false;
+
+    pthread_mutex_lock(&idle->lock);
+    uint64_t dec = UNPARKED_ONE | (was_searching ? SEARCHING_ONE : 0);
+    /* seq_cst: step x of the Dekker pairing. */
+    uint64_t prev = atomic_fetch_sub_explicit(&idle->state, dec, memory_order_seq_cst);
+    bool last_searcher = was_searching && SEARCHING(prev) == 1;
+    idle->sleepers[idle->nsleepers++] = w->index;
+    w->in_sleepers = true;
+    w->waiting_in_task = latch != NULL;
+    if (latch) idle->task_sleepers++;
+    if (!latch && quiescent_locked(pool)) {
+        /* Shutdown step 4: everyone is parked outside any task and nothing is queued;
+         * no work can appear any more. Release every sleeper. Release store pairs with
+         * the workers' acquire loads of `terminated`. */
+        atomic_store_explicit(&pool->terminated, true, memory_order_release);
+        pthread_mutex_unlock(&idle->lock);
+        spindle_notify_all(pool);
+        return false;
+    }
+    pthread_mutex_unlock(&idle->lock);
+    /* Single writer (this worker): a relaxed load+store, no RMW needed. */
+    atomic_store_explicit(&w->counters.parked,
+                          atomic_load_explicit(&w->counters.parked, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+
+    if (last_searcher) {
+        /* Steps y and z: we were the last searcher; look at every queue once more. */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (spindle_pool_has_pending_work(pool)) spindle_notify_one(pool);
+    }
+
+    for (;;) {
+        if (latch) {
+            /* Acquire pairs with the setter's release exchange. */
+            uint32_t ls = atomic_load_explicit(latch, memory_order_acquire);
+            if (ls == SPINDLE_LATCH_SET) break;
+        }
+        spindle_parker_park(&w->parker);
+        if (!latch && atomic_load_explicit(&pool->terminated, memory_order_acquire)) return false;
+        pthread_mutex_lock(&idle->lock);
+        bool still_listed = w->in_sleepers;
+        pthread_mutex_unlock(&idle->lock);
+        if (!still_listed) {
+            /* A waker took us off the list and did the accounting for us. */
+            w->searching = w->woken_searching;
+            return true;
+        }
+        /* Still listed: a spurious wake, a stale token, or (join waits) a latch that was
+         * set by a thread that has not reached spindle_idle_wake_latch_waiter yet. */
+        if (latch && atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET) break;
+    }
+    /* Our latch is set: take ourselves off the list, unless a waker just did. */
+    pthread_mutex_lock(&idle->lock);
+    if (w->in_sleepers) {
+        unlist_task_sleeper_locked(idle, w);
+        w->searching = false;
+    } else {
+        w->searching = w->woken_searching;
+    }
+    pthread_mutex_unlock(&idle->lock);
+    return true;
+}
+
+void spindle_idle_wake_latch_waiter(spindle_worker *w) {
+    spindle_idle *idle = &w->pool->idle;
+    /* Do the waiter's accounting before it runs again, so that the pool never looks
+     * quiescent (everyone parked, nothing queued) while a task is about to resume on it:
+     * that would let a shutting-down pool terminate under a running task. */
+    pthread_mutex_lock(&idle->lock);
+    if (w->in_sleepers) {
+        unlist_task_sleeper_locked(idle, w);
+        w->woken_searching = false;
+    }
+    pthread_mutex_unlock(&idle->lock);
+    spindle_parker_unpark(&w->parker);
+}

@@ -1,0 +1,230 @@
+/*
+ * worker.c — what a worker thread does: find a task, run it, and when there is none,
+ * search briefly and then sleep.
+ *
+ * Where a worker looks, in order (find_task):
+ *   1. every 61st tick, the injector first — Go's schedule() does the same with its
+ *      global run queue, so that a worker whose deque never empties (a task that keeps
+ *      spawning) cannot starve submissions from outside the pool (W1). 61 is prime so
+ *      it does not fall into step with periodic spawn patterns;
+ *   2. its own deque, newest first (LIFO: the data the last task touched is hot);
+ *   3. the injector, taking a batch (up to a quarter of the deque's capacity, and no
+ *      more than its fair share len/workers + 1) so that one trip through the
+ *      consumer try-lock feeds it for a while; all but the first go on its deque
+ *      where others can steal them;
+ *   4. as a searcher (see park.c, S1): the other workers' deques, oldest first, from a
+ *      random victim onwards, and the injector again, for up to `spin_ns`.
+ * When all of that finds nothing it parks (spindle_idle_sleep).
+ *
+ * Invariants
+ *   W1  The injector is polled at least once every 61 tasks a worker runs.
+ *   W2  `searching` mirrors this worker's contribution to idle.state: set when it
+ *       became a searcher (or was woken as one), cleared — with the "last searcher
+ *       wakes the next" rule — as soon as it finds a task.
+ *   W3  A task runs on exactly one thread, exactly once, whatever path found it.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+_Thread_local spindle_worker *spindle_tls_worker;
+
+static inline uint64_t xorshift(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* Single-writer counter bump: a relaxed load+store is enough for a counter only this
+ * thread writes; readers (stats) use relaxed loads and want a value, not an order. */
+static inline void bump(_Atomic uint64_t *c, uint64_t n) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+void spindle_run_task(spindle_worker *w, spindle_task *t) {
+    /* Acquire pairs with destroy's seq_cst store of the mode; a task dequeued after the
+     * pool switched to CANCEL is cancelled (it has not started). */
+    int mode = atomic_load_explicit(&w->pool->shutdown, memory_order_acquire);
+    bump(&w->counters.executed, 1);
+    t->run(t, mode == 2 ? SPINDLE_CANCELLED : SPINDLE_RUN);
+}
+
+void spindle_worker_push(spindle_worker *w, spindle_task *t) {
+    uint32_t moved = spindle_deque_push(&w->deque, t, &w->pool->injector);
+    if (moved) bump(&w->counters.overflowed, moved);
+    spindle_notify_one(w->pool);
+}
+
+static spindle_task *poll_injector(spindle_worker *w) {
+    spindle_pool *pool = w->pool;
+    spindle_injector *q = &pool->injector;
+    if (!spindle_injector_maybe_nonempty(q)) return NULL;
+    int64_t len = atomic_load_explicit(&q->len, memory_order_relaxed);
+    int64_t fair = len / (int64_t)pool->nworkers + 1;
+    int64_t room = (int64_t)pool->deque_capacity / 4;
+    int64_t free_slots = (int64_t)pool->deque_capacity - spindle_deque_len(&w->deque);
+    uint32_t max = (uint32_t)(fair < room ? fair : room);
+    if ((int64_t)max > free_slots) max = (uint32_t)(free_slots > 1 ? free_slots : 1);
+    spindle_task *batch[64];
+    if (max > 64) max = 64;
+    uint32_t n = spindle_injector_pop_batch(q, batch, max);
+    if (n == 0) return NULL;
+    bump(&w->counters.injector_pops, n);
+    /* Keep the first; push the rest oldest-last so that our LIFO pops run them in
+     * submission order, while thieves take the later ones. */
+    for (uint32_t i = n; i-- > 1;) spindle_deque_push(&w->deque, batch[i], q);
+    if (n > 1) spindle_notify_one(pool); /* there is now something to steal */
+    return batch[0];
+}
+
+static spindle_task *steal_from_others(spindle_worker *w) {
+    spindle_pool *pool = w->pool;
+    uint32_t n = pool->nworkers;
+    if (n <= 1) return NULL;
+    uint32_t start = (uint32_t)(xorshift(&w->rng) % n);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool retry = false;
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t v = (start + k) % n;
+            if (v == w->index) continue;
+            spindle_worker *victim = &pool->workers[v];
+            spindle_task *t;
+            spindle_steal_result r = spindle_deque_steal(&victim->deque, &t);
+            if (r == SPINDLE_STEAL_OK) {
+                bump(&w->counters.stolen, 1);
+                /* Several thieves may add at once: RMW. Relaxed: a statistic. */
+                atomic_fetch_add_explicit(&victim->counters.stolen_from, 1, memory_order_relaxed);
+                return t;
+            }
+            if (r == SPINDLE_STEAL_RETRY) retry = true;
+        }
+        if (!retry) break;
+    }
+    return NULL;
+}
+
+static void found_work(spindle_worker *w) {
+    if (!w->searching) return;
+    w->searching = false;
+    /* S2: the last searcher to find work wakes the next one, because where there was
+     * work for one there is probably more. */
+    if (spindle_idle_stop_searching(&w->pool->idle)) spindle_notify_one(w->pool);
+}
+
+/* One search for a task, without sleeping. NULL: nothing found (sleep next), or
+ * `latch` (when not NULL) was set while we searched. */
+static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
+    spindle_task *t;
+    if (++w->tick % 61 == 0 && (t = poll_injector(w))) return t;
+    if ((t = spindle_deque_pop(&w->deque))) return t;
+    if ((t = poll_injector(w))) return t;
+    if (!w->searching) {
+        if (!spindle_idle_try_start_searching(&w->pool->idle)) return NULL;
+        w->searching = true;
+    }
+    uint64_t deadline = 0;
+    for (uint32_t round = 0;; round++) {
+        if ((t = steal_from_others(w))) return t;
+        if ((t = poll_injector(w))) return t;
+        /* Acquire, as in spindle_worker_wait_latch. */
+        if (latch && atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET)
+            return NULL;
+        /* Reading the clock costs ~20 ns through the vDSO; check it every 16 rounds. */
+        if ((round & 15) == 0) {
+            uint64_t now = spindle_now_ns();
+            if (deadline == 0)
+                deadline = now + w->pool->spin_ns;
+            else if (now >= deadline)
+                return NULL;
+        }
+        for (int i = 0; i < 32; i++) spindle_cpu_relax();
+    }
+}
+
+void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch) {
+    for (;;) {
+        /* Acquire pairs with the setter's release: the thief's writes (the joined
+         * half's results) are visible once we see SET. */
+        if (atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET) break;
+        spindle_task *t = find_task(w, latch);
+        if (t) {
+            found_work(w);
+            spindle_run_task(w, t);
+            continue;
+        }
+        if (atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET) break;
+        uint32_t expected = SPINDLE_LATCH_UNSET;
+        /* Announce that we may sleep. acq_rel: the setter's exchange reads SLEEPING and
+         * wakes us; if it set the latch first, the CAS fails and we see SET (acquire). */
+        if (!atomic_compare_exchange_strong_explicit(latch, &expected, SPINDLE_LATCH_SLEEPING,
+                                                     memory_order_acq_rel, memory_order_acquire) &&
+            expected == SPINDLE_LATCH_SET)
+            break;
+        spindle_idle_sleep(w, latch);
+    }
+    /* We may have been woken as a searcher; we are going back to our task. */
+    if (w->searching) found_work(w);
+}
+
+static void set_thread_name(spindle_worker *w) {
+    /* The kernel keeps 15 characters; trim the prefix, never the index, so that
+     * `top -H` and perf can tell the workers apart. */
+    char digits[12], name[16];
+    int nd = snprintf(digits, sizeof digits, "%u", w->index);
+    size_t keep = strlen(w->pool->name);
+    if (keep > 15 - (size_t)nd) keep = 15 - (size_t)nd;
+    memcpy(name, w->pool->name, keep);
+    memcpy(name + keep, digits, (size_t)nd + 1);
+    pthread_setname_np(pthread_self(), name);
+}
+
+static void apply_nice(spindle_worker *w) {
+    spindle_pool *pool = w->pool;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    errno = 0;
+    int before = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (pool->requested_nice == 0) {
+        if (w->index == 0) atomic_store_explicit(&pool->effective_nice, before, memory_order_relaxed);
+        return;
+    }
+    /* On Linux, setpriority(PRIO_PROCESS, tid) sets the nice of that one thread. */
+    if (setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0) {
+        int err = errno;
+        int expected = 0;
+        /* Relaxed: a report, read after the pool is up (create waits for the workers). */
+        atomic_compare_exchange_strong_explicit(&pool->nice_error, &expected, err,
+                                                memory_order_relaxed, memory_order_relaxed);
+    }
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (w->index == 0) atomic_store_explicit(&pool->effective_nice, now, memory_order_relaxed);
+}
+
+void *spindle_worker_main(void *arg) {
+    spindle_worker *w = arg;
+    spindle_tls_worker = w;
+    set_thread_name(w);
+    apply_nice(w);
+    /* Release pairs with create's acquire: the nice report is visible once counted. */
+    atomic_fetch_add_explicit(&w->pool->ready, 1, memory_order_release);
+    spindle_futex_wake(&w->pool->ready, 1);
+    for (;;) {
+        spindle_task *t = find_task(w, NULL);
+        if (t) {
+            found_work(w);
+            spindle_run_task(w, t);
+            continue;
+        }
+        if (!spindle_idle_sleep(w, NULL)) break; /* terminated */
+    }
+    spindle_tls_worker = NULL;
+    return NULL;
+}
