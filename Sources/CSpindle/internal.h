@@ -191,6 +191,8 @@ struct spindle_pool {
     _Atomic int64_t submitters;
     /* Set under idle.lock when the pool has quiesced after shutdown; workers exit. */
     _Atomic bool terminated;
+    /* Set by shutdown once every worker has been joined. */
+    _Atomic bool joined;
 
     /* Workers that have finished starting (name, nice); create waits for all of them. */
     _Atomic uint32_t ready;

@@ -56,12 +56,16 @@
  *      Quiescence is stable: only running tasks or outside submitters create work, and
  *      there are none. Nothing is lost: each queued task was run or cancelled before
  *      the queues could read empty.
- *   5. It joins every worker thread and frees the memory.
+ *   5. It joins every worker thread and marks the pool `joined`. The memory stays until
+ *      spindle_pool_free, so that a thread racing with shutdown still gets a clean
+ *      ESHUTDOWN from a live struct rather than a use-after-free; the Swift ThreadPool
+ *      frees it in deinit, when no reference (so no caller) is left.
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -70,7 +74,7 @@ void spindle_config_init(spindle_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
 }
 
-static uint32_t usable_cpus(void) {
+uint32_t spindle_usable_cpu_count(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
         int n = CPU_COUNT(&set);
@@ -103,7 +107,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         spindle_config_init(&cfg);
     if (!out) return EINVAL;
     *out = NULL;
-    uint32_t n = cfg.workers ? cfg.workers : usable_cpus();
+    uint32_t n = cfg.workers ? cfg.workers : spindle_usable_cpu_count();
     if (n > 4096) return EINVAL;
     uint32_t cap = cfg.deque_capacity ? cfg.deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY;
     if (cap > (1u << 24)) return EINVAL;
@@ -131,6 +135,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->submitters, 0);
     atomic_init(&pool->terminated, false);
     atomic_init(&pool->ready, 0);
+    atomic_init(&pool->joined, false);
     atomic_init(&pool->effective_nice, 0);
     atomic_init(&pool->nice_error, 0);
     int rc = spindle_idle_init(&pool->idle, n);
@@ -172,7 +177,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     return 0;
 }
 
-int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode) {
+int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode) {
     if (!pool) return EINVAL;
     /* Step 1. */
     if (spindle_tls_worker && spindle_tls_worker->pool == pool) return EDEADLK;
@@ -189,8 +194,28 @@ int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode) {
     spindle_notify_all(pool);
     /* Step 5. */
     for (uint32_t i = 0; i < pool->nworkers; i++) pthread_join(pool->workers[i].thread, NULL);
-    free_pool(pool);
+    /* Release pairs with spindle_pool_free's acquire. */
+    atomic_store_explicit(&pool->joined, true, memory_order_release);
     return 0;
+}
+
+void spindle_pool_free(spindle_pool *pool) {
+    if (!pool) return;
+    if (!atomic_load_explicit(&pool->joined, memory_order_acquire)) {
+        if (spindle_pool_shutdown(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) {
+            /* Misuse: freeing from a worker, or while another thread shuts it down. */
+            fprintf(stderr, "spindle: spindle_pool_free: the pool is still in use "
+                            "(called from its own worker, or during another shutdown)\n");
+            abort();
+        }
+    }
+    free_pool(pool);
+}
+
+int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode) {
+    int rc = spindle_pool_shutdown(pool, mode);
+    if (rc == 0) free_pool(pool);
+    return rc;
 }
 
 int spindle_submit_task(spindle_pool *pool, spindle_task *task) {

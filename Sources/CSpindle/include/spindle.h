@@ -101,11 +101,22 @@ void spindle_config_init(spindle_config *cfg);
 int spindle_pool_create(const spindle_config *cfg, spindle_pool **out);
 
 /**
- * Stops the pool and frees it. Blocks until every worker has exited; on return every
- * task the pool accepted has been run (DRAIN) or run or cancelled (CANCEL).
- * Returns EDEADLK, and does nothing, when called from one of this pool's own workers
- * (it would wait for itself); EALREADY when another thread is already destroying it.
+ * Stops the pool: blocks until every worker has exited. On return every task the pool
+ * accepted has been run (DRAIN) or run-or-cancelled (CANCEL), and later submissions
+ * from outside fail with ESHUTDOWN. The memory stays valid until `spindle_pool_free`,
+ * so other threads may still call into the pool safely while it shuts down.
+ * Returns 0; EDEADLK, doing nothing, when called from one of this pool's own workers
+ * (it would wait for itself); EALREADY when shutdown had already begun (this call
+ * does not wait for it).
  */
+int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode);
+
+/** Frees a pool. Shuts it down first (DRAIN) if nobody did. The caller guarantees that
+ *  no other thread uses the pool any more, and that it is not one of its workers. */
+void spindle_pool_free(spindle_pool *pool);
+
+/** `spindle_pool_shutdown` then `spindle_pool_free`; returns what shutdown returned
+ *  (on EDEADLK nothing is freed). */
 int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode);
 
 /**
@@ -120,6 +131,9 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task);
  *  called and `ctx` is still the caller's). */
 int spindle_submit(spindle_pool *pool, void (*fn)(void *ctx, spindle_run_reason reason),
                    void *ctx);
+
+/** CPUs in the calling thread's affinity mask: the default worker count. */
+uint32_t spindle_usable_cpu_count(void);
 
 /** Number of worker threads. */
 uint32_t spindle_pool_worker_count(const spindle_pool *pool);

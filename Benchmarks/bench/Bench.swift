@@ -1,0 +1,89 @@
+import ArgumentParser
+import Foundation
+import Spindle
+
+@main
+struct Bench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Measures Spindle against Dispatch, Foundation's OperationQueue and TaskGroup, in one run, as ratios.",
+        discussion: """
+            Every case runs its systems in alternation (A B, then B A, ...) after a warm-up, \
+            and reports the median, min and max per repetition and the median of the \
+            per-repetition ratios against the reference system, so that machine drift cancels.
+            """)
+
+    enum Format: String, ExpressibleByArgument, CaseIterable { case table, json, markdown }
+
+    static let allCases = ["submit", "fork-join", "parallel-for"]
+
+    @Flag(help: "Small sizes and few repetitions: the whole suite in under a minute.")
+    var quick = false
+
+    @Option(help: "Comma-separated cases to run (default: all). Known: \(Bench.allCases.joined(separator: ", ")).")
+    var cases: String?
+
+    @Option(help: "Tasks per repetition (overrides each case's default).")
+    var tasks: Int?
+
+    @Option(help: "Repetitions per case.")
+    var reps: Int?
+
+    @Option(help: "Spindle worker threads (default: one per usable CPU).")
+    var workers: Int?
+
+    @Option(help: "fork-join: recursion below this n runs serially (smaller: more, cheaper forks).")
+    var forkCutoff: Int = 3
+
+    @Option(help: "Output format.")
+    var format: Format = .table
+
+    @Option(help: "Write the report to this file instead of standard output.")
+    var output: String?
+
+    func validate() throws {
+        if let t = tasks, t < 1 { throw ValidationError("--tasks must be at least 1") }
+        if let r = reps, r < 1 { throw ValidationError("--reps must be at least 1") }
+        if let w = workers, w < 1 { throw ValidationError("--workers must be at least 1") }
+        for c in selectedCases where !Bench.allCases.contains(c) {
+            throw ValidationError("unknown case '\(c)'; known cases: \(Bench.allCases.joined(separator: ", "))")
+        }
+    }
+
+    var selectedCases: [String] {
+        guard let cases else { return Bench.allCases }
+        return cases.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    func run() throws {
+        let pool = try ThreadPool(workers: workers)
+        let machine = Machine.detect(cpus: pool.workerCount)
+        let reps = self.reps ?? (quick ? 5 : 15)
+        var results = [CaseResult]()
+        for c in selectedCases {
+            switch c {
+            case "submit":
+                results.append(try submitCase(pool: pool, tasks: tasks ?? (quick ? 50_000 : 200_000), reps: reps))
+            case "fork-join":
+                let n = quick ? 25 : 28
+                results.append(try forkJoinCase(pool: pool, n: n, cutoff: forkCutoff, reps: reps))
+            case "parallel-for":
+                results.append(try parallelForCase(pool: pool, tasks: tasks ?? (quick ? 1_000_000 : 4_000_000), reps: reps))
+            default:
+                break
+            }
+        }
+        let text: String
+        switch format {
+        case .table: text = renderTable(machine: machine, results: results)
+        case .json: text = renderJSON(machine: machine, results: results) + "\n"
+        case .markdown: text = renderMarkdown(machine: machine, results: results)
+        }
+        if let output {
+            try text.write(toFile: output, atomically: true, encoding: .utf8)
+            progress("wrote \(output)")
+        } else {
+            print(text, terminator: "")
+        }
+    }
+}

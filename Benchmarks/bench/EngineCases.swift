@@ -1,0 +1,202 @@
+import Dispatch
+import Foundation
+import Spindle
+import Synchronization
+
+/// Counts down from `n`; the thread that reaches zero signals one waiter.
+final class Countdown: Sendable {
+    let remaining: Atomic<Int>
+    let done = DispatchSemaphore(value: 0)
+    init(_ n: Int) { remaining = Atomic(n) }
+    func hit() {
+        if remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.signal() }
+    }
+    func wait() { done.wait() }
+}
+
+final class IntBox: @unchecked Sendable {
+    var value = 0
+}
+
+// MARK: submit
+
+/// N empty closures from a thread outside the pool, then wait for all.
+func submitCase(pool: ThreadPool, tasks: Int, reps: Int) throws -> CaseResult {
+    try measure("submit", tasks: tasks, reps: reps, reference: "dispatch", [
+        SystemRun(name: "spindle") {
+            let c = Countdown(tasks)
+            let work: @Sendable () -> Void = { c.hit() }
+            let t0 = now()
+            for _ in 0..<tasks { try pool.submit(work) }
+            c.wait()
+            let t = Double(now() - t0)
+            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("submit: spindle lost tasks") }
+            return t
+        },
+        SystemRun(name: "dispatch") {
+            let c = Countdown(tasks)
+            let work: @Sendable () -> Void = { c.hit() }
+            let g = DispatchGroup()
+            let q = DispatchQueue.global()
+            let t0 = now()
+            for _ in 0..<tasks { q.async(group: g, execute: work) }
+            g.wait()
+            let t = Double(now() - t0)
+            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("submit: dispatch lost tasks") }
+            return t
+        },
+    ])
+}
+
+// MARK: fork-join
+
+func fibSerial(_ n: Int) -> Int { n < 2 ? n : fibSerial(n - 1) + fibSerial(n - 2) }
+
+/// Number of forks a cut-off recursive fib performs.
+func fibSpawns(_ n: Int, _ cutoff: Int) -> Int {
+    var memo = [Int: Int]()
+    func go(_ n: Int) -> Int {
+        if n < cutoff { return 0 }
+        if let m = memo[n] { return m }
+        let r = 1 + go(n - 1) + go(n - 2)
+        memo[n] = r
+        return r
+    }
+    return go(n)
+}
+
+func fibSpindle(_ pool: ThreadPool, _ n: Int, _ cutoff: Int) -> Int {
+    if n < cutoff { return fibSerial(n) }
+    let (a, b) = pool.join({ fibSpindle(pool, n - 1, cutoff) }, { fibSpindle(pool, n - 2, cutoff) })
+    return a + b
+}
+
+/// Dispatch's fork-join without blocking: one `async` per fork and a `notify`
+/// continuation per join. (The blocking form — `group.wait()` inside global-queue work —
+/// deadlocks once 255 threads are parked in waits, which this case reaches.)
+func fibDispatch(_ n: Int, _ cutoff: Int, _ completion: @escaping @Sendable (Int) -> Void) {
+    if n < cutoff { completion(fibSerial(n)); return }
+    let g = DispatchGroup()
+    let a = IntBox(), b = IntBox()
+    g.enter()
+    DispatchQueue.global().async { fibDispatch(n - 1, cutoff) { a.value = $0; g.leave() } }
+    g.enter()
+    fibDispatch(n - 2, cutoff) { b.value = $0; g.leave() }
+    g.notify(queue: .global()) { completion(a.value + b.value) }
+}
+
+func fibTaskGroup(_ n: Int, _ cutoff: Int) async -> Int {
+    if n < cutoff { return fibSerial(n) }
+    return await withTaskGroup(of: Int.self) { g in
+        g.addTask { await fibTaskGroup(n - 2, cutoff) }
+        let a = await fibTaskGroup(n - 1, cutoff)
+        return a + (await g.next()!)
+    }
+}
+
+/// Blocks the calling (non-async) thread on an async computation.
+func blockOn<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+    let box = ResultBox<T>()
+    let sem = DispatchSemaphore(value: 0)
+    Task.detached {
+        box.value = await body()
+        sem.signal()
+    }
+    sem.wait()
+    return box.value!
+}
+
+final class ResultBox<T>: @unchecked Sendable {
+    var value: T?
+}
+
+/// Recursive fib split down to `cutoff`, spawning from inside the workers. The figure
+/// is wall time divided by the number of forks, so it is the cost of one fork plus a
+/// small leaf (fib(cutoff-1), a few dozen additions).
+func forkJoinCase(pool: ThreadPool, n: Int, cutoff: Int, reps: Int) throws -> CaseResult {
+    let expected = fibSerial(n)
+    let spawns = fibSpawns(n, cutoff)
+    func check(_ r: Int, _ who: String) throws {
+        guard r == expected else { throw BenchFailure("fork-join: \(who) computed fib(\(n)) = \(r), expected \(expected)") }
+    }
+    var result = try measure("fork-join", tasks: spawns, reps: reps, reference: "dispatch", [
+        SystemRun(name: "spindle") {
+            let t0 = now()
+            let r = pool.run { fibSpindle(pool, n, cutoff) }
+            let t = Double(now() - t0)
+            try check(r, "spindle")
+            return t
+        },
+        SystemRun(name: "dispatch") {
+            let t0 = now()
+            let box = IntBox()
+            let sem = DispatchSemaphore(value: 0)
+            fibDispatch(n, cutoff) { box.value = $0; sem.signal() }
+            sem.wait()
+            let r = box.value
+            let t = Double(now() - t0)
+            try check(r, "dispatch")
+            return t
+        },
+        SystemRun(name: "taskgroup") {
+            let t0 = now()
+            let r = blockOn { await fibTaskGroup(n, cutoff) }
+            let t = Double(now() - t0)
+            try check(r, "taskgroup")
+            return t
+        },
+    ])
+    result.note = "fib(\(n)), cut-off \(cutoff): \(spawns) forks"
+    return result
+}
+
+// MARK: parallel-for
+
+/// A loop of `tasks` cheap iterations (a hash written to an array).
+func parallelForCase(pool: ThreadPool, tasks: Int, reps: Int) throws -> CaseResult {
+    let buffer = SharedBuffer(capacity: tasks)
+    defer { buffer.deallocate() }
+    @Sendable func body(_ i: Int) {
+        var x = UInt64(i) &* 0x9E37_79B9_7F4A_7C15
+        x ^= x >> 29
+        buffer[i] = x
+    }
+    func verify(_ who: String) throws {
+        for i in stride(from: 0, to: tasks, by: max(1, tasks / 1000)) {
+            var x = UInt64(i) &* 0x9E37_79B9_7F4A_7C15
+            x ^= x >> 29
+            guard buffer[i] == x else { throw BenchFailure("parallel-for: \(who) skipped index \(i)") }
+        }
+        guard buffer[tasks - 1] != 0 else { throw BenchFailure("parallel-for: \(who) skipped the last index") }
+        buffer.zero()
+    }
+    buffer.zero()
+    return try measure("parallel-for", tasks: tasks, reps: reps, reference: "dispatch", [
+        SystemRun(name: "spindle") {
+            let t0 = now()
+            pool.concurrentPerform(iterations: tasks) { body($0) }
+            let t = Double(now() - t0)
+            try verify("spindle")
+            return t
+        },
+        SystemRun(name: "dispatch") {
+            let t0 = now()
+            DispatchQueue.concurrentPerform(iterations: tasks) { body($0) }
+            let t = Double(now() - t0)
+            try verify("dispatch")
+            return t
+        },
+    ])
+}
+
+/// A buffer written by disjoint indices from several threads.
+struct SharedBuffer: @unchecked Sendable {
+    let base: UnsafeMutableBufferPointer<UInt64>
+    init(capacity: Int) { base = .allocate(capacity: capacity) }
+    subscript(i: Int) -> UInt64 {
+        get { base[i] }
+        nonmutating set { base[i] = newValue }
+    }
+    func zero() { base.initialize(repeating: 0) }
+    func deallocate() { base.deallocate() }
+}

@@ -1,0 +1,90 @@
+import Foundation
+
+/// One measured system within a case: returns nanoseconds for `tasks` units of work,
+/// and throws if the work it was asked to do was not all done.
+struct SystemRun {
+    let name: String
+    let run: () throws -> Double
+}
+
+/// What a case reports per system.
+enum Metric: Equatable {
+    case nsPerTask
+    case latency
+    case cpuMsPerSecond
+}
+
+struct SystemResult {
+    let system: String
+    /// Per repetition: ns per task (nsPerTask), ms of CPU per second (cpuMsPerSecond).
+    var samples: [Double]
+    /// Latency cases: the merged histogram's percentiles, in ns.
+    var percentiles: [String: Double] = [:]
+}
+
+struct Ratio {
+    let system: String
+    let vs: String
+    let median: Double
+}
+
+struct CaseResult {
+    let name: String
+    let tasks: Int
+    let reps: Int
+    let metric: Metric
+    var systems: [SystemResult]
+    var ratios: [Ratio]
+    var note: String? = nil
+}
+
+struct BenchFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+func median(_ xs: [Double]) -> Double {
+    precondition(!xs.isEmpty)
+    let s = xs.sorted()
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
+}
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    precondition(!sorted.isEmpty)
+    let rank = min(sorted.count - 1, max(0, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1))
+    return sorted[rank]
+}
+
+func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+func progress(_ s: String) {
+    FileHandle.standardError.write(Data((s + "\n").utf8))
+}
+
+/// Runs every system once to warm up, then `reps` repetitions in alternation (A B, then
+/// B A, ...), so that drift of a shared, noisy machine hits every system alike; ratios
+/// are taken per repetition against `reference` and their median reported.
+func measure(_ name: String, tasks: Int, reps: Int, reference: String,
+             _ systems: [SystemRun]) throws -> CaseResult {
+    progress("[\(name)] warm-up")
+    for s in systems { _ = try s.run() }
+    var samples = [String: [Double]]()
+    for r in 0..<reps {
+        let order = r % 2 == 0 ? systems : systems.reversed()
+        for s in order {
+            let ns = try s.run()
+            samples[s.name, default: []].append(ns / Double(tasks))
+        }
+        progress("[\(name)] rep \(r + 1)/\(reps): " + systems.map {
+            "\($0.name) \(String(format: "%.1f", samples[$0.name]!.last!)) ns"
+        }.joined(separator: ", "))
+    }
+    let ref = samples[reference]!
+    let ratios = systems.filter { $0.name != reference }.map { s in
+        Ratio(system: s.name, vs: reference,
+              median: median(zip(samples[s.name]!, ref).map { $0 / $1 }))
+    }
+    return CaseResult(name: name, tasks: tasks, reps: reps, metric: .nsPerTask,
+                      systems: systems.map { SystemResult(system: $0.name, samples: samples[$0.name]!) },
+                      ratios: ratios)
+}

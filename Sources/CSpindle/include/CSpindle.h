@@ -1,0 +1,3 @@
+/* Umbrella header of the CSpindle module (what Swift imports). */
+#include "spindle.h"
+#include "spindle_testing.h"

@@ -1,0 +1,33 @@
+/*
+ * spindle_testing.h — direct access to the engine's internal queues, for tests that
+ * hammer them from many threads. Not part of the stable API.
+ */
+#ifndef SPINDLE_TESTING_H
+#define SPINDLE_TESTING_H
+
+#include "spindle.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spindle_test_deque spindle_test_deque;
+
+/** A deque with `capacity` slots (rounded up to a power of two, >= 4) whose overflow
+ *  goes to a private injector. NULL on allocation failure. */
+spindle_test_deque *spindle_test_deque_create(uint32_t capacity);
+void spindle_test_deque_destroy(spindle_test_deque *d);
+/** Owner side. Returns how many tasks the push moved to the overflow injector. */
+uint32_t spindle_test_deque_push(spindle_test_deque *d, spindle_task *t);
+spindle_task *spindle_test_deque_pop(spindle_test_deque *d);
+/** Thief side: 0 empty, 1 ok (*out set), 2 lost a race (retry). */
+int spindle_test_deque_steal(spindle_test_deque *d, spindle_task **out);
+/** Any thread: pops up to `max` tasks from the overflow injector. */
+uint32_t spindle_test_deque_pop_overflow(spindle_test_deque *d, spindle_task **out, uint32_t max);
+uint32_t spindle_test_deque_capacity(const spindle_test_deque *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * testing.c — thin wrappers that let tests drive a deque and its overflow injector
+ * directly (spindle_testing.h). They add no logic of their own.
+ */
+#include "internal.h"
+#include "spindle_testing.h"
+
+#include <stdlib.h>
+
+struct spindle_test_deque {
+    spindle_deque deque;
+    spindle_injector overflow;
+};
+
+spindle_test_deque *spindle_test_deque_create(uint32_t capacity) {
+    spindle_test_deque *d = aligned_alloc(SPINDLE_CACHELINE, (sizeof *d + SPINDLE_CACHELINE - 1) /
+                                                               SPINDLE_CACHELINE * SPINDLE_CACHELINE);
+    if (!d) return NULL;
+    if (spindle_deque_init(&d->deque, capacity, NULL, NULL) != 0) {
+        free(d);
+        return NULL;
+    }
+    spindle_injector_init(&d->overflow);
+    return d;
+}
+
+void spindle_test_deque_destroy(spindle_test_deque *d) {
+    spindle_deque_free(&d->deque, NULL, NULL);
+    free(d);
+}
+
+uint32_t spindle_test_deque_push(spindle_test_deque *d, spindle_task *t) {
+    return spindle_deque_push(&d->deque, t, &d->overflow);
+}
+
+spindle_task *spindle_test_deque_pop(spindle_test_deque *d) { return spindle_deque_pop(&d->deque); }
+
+int spindle_test_deque_steal(spindle_test_deque *d, spindle_task **out) {
+    return (int)spindle_deque_steal(&d->deque, out);
+}
+
+uint32_t spindle_test_deque_pop_overflow(spindle_test_deque *d, spindle_task **out, uint32_t max) {
+    return spindle_injector_pop_batch(&d->overflow, out, max);
+}
+
+uint32_t spindle_test_deque_capacity(const spindle_test_deque *d) {
+    return (uint32_t)(d->deque.mask + 1);
+}

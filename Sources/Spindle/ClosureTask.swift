@@ -1,0 +1,39 @@
+import CSpindle
+
+/// The engine's intrusive task node and a Swift closure in one allocation.
+///
+/// Layout: `[spindle_task | () -> Void]`. The engine links the node while it is queued
+/// and calls `run` exactly once; `run` moves the closure out, frees the block and
+/// calls the closure (or just releases it when the pool cancelled the task). One
+/// `malloc` per submitted closure and no reference counting of a wrapper object.
+enum ClosureTask {
+    typealias Work = @Sendable () -> Void
+
+    static let closureOffset: Int = {
+        let align = MemoryLayout<Work>.alignment
+        return (MemoryLayout<spindle_task>.stride + align - 1) / align * align
+    }()
+    static let byteCount = closureOffset + MemoryLayout<Work>.size
+
+    static func make(_ work: @escaping Work) -> UnsafeMutablePointer<spindle_task> {
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: byteCount, alignment: 16)
+        let task = raw.initializeMemory(
+            as: spindle_task.self,
+            repeating: spindle_task(spindle_private: (nil, nil), run: { task, reason in
+                let raw = UnsafeMutableRawPointer(task!)
+                let work = (raw + ClosureTask.closureOffset).assumingMemoryBound(to: Work.self).move()
+                raw.deallocate()
+                if reason == SPINDLE_RUN { work() }
+            }),
+            count: 1)
+        (raw + closureOffset).initializeMemory(as: Work.self, repeating: work, count: 1)
+        return task
+    }
+
+    /// Frees a node the engine refused (it was never queued).
+    static func discard(_ task: UnsafeMutablePointer<spindle_task>) {
+        let raw = UnsafeMutableRawPointer(task)
+        (raw + closureOffset).assumingMemoryBound(to: Work.self).deinitialize(count: 1)
+        raw.deallocate()
+    }
+}

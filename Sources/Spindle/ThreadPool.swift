@@ -1,0 +1,261 @@
+import CSpindle
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A work-stealing pool of worker threads, one per usable CPU.
+///
+/// `ThreadPool` is the engine under Spindle's `OperationQueue`, exposed for code that
+/// wants raw throughput: fire-and-forget closures (``submit(_:)``), fork-join
+/// (``join(_:_:)``) and parallel loops (``concurrentPerform(iterations:grain:_:)``).
+///
+/// Work submitted from a thread outside the pool goes to a shared injector queue;
+/// work submitted from inside a pool task goes to the submitting worker's own deque,
+/// where it runs next on that worker unless an idle worker steals it. Idle workers
+/// spin for up to 50 µs and then sleep; an idle pool consumes no CPU.
+///
+/// ```swift
+/// let pool = ThreadPool.shared
+/// try pool.submit { compress(chunk) }
+/// let (left, right) = pool.join({ sum(a[..<mid]) }, { sum(a[mid...]) })
+/// ```
+///
+/// ### Trade-offs
+/// - Work is not cancellable once submitted, and closures run in no guaranteed
+///   order: this is a throughput engine. Use ``OperationQueue`` for dependencies,
+///   priorities and cancellation.
+/// - A task that blocks (I/O, locks, `sleep`) blocks a whole worker. The pool does not
+///   grow to compensate, unlike Dispatch: growing is what makes Dispatch's thread count
+///   explode under blocking load. Keep blocking work elsewhere.
+public final class ThreadPool: @unchecked Sendable {
+    // @unchecked: the C pool is internally synchronised; `raw` never changes and is
+    // freed only in deinit, when no other reference can exist.
+    @usableFromInline let raw: OpaquePointer
+    /// Threads in this pool.
+    public let workerCount: Int
+
+    /// What happens to queued work when the pool shuts down.
+    public enum ShutdownMode: Sendable {
+        /// Run everything already queued (and everything it spawns), then stop.
+        case drain
+        /// Discard every closure that has not started (it is released, not run);
+        /// running closures finish.
+        case cancel
+    }
+
+    /// Errors reported by the pool.
+    public enum Error: Swift.Error, Equatable, Sendable, CustomStringConvertible {
+        /// The pool has been shut down (or is shutting down); the work was not queued.
+        case shutDown
+        /// ``shutdown(_:)`` was called from one of the pool's own workers, where
+        /// waiting for the workers to exit would wait forever.
+        case shutdownFromOwnWorker
+        /// The configuration was rejected (value out of range).
+        case invalidConfiguration(String)
+        /// The operating system refused a resource (thread, memory); `errno` says which.
+        case systemError(errno: Int32)
+
+        public var description: String {
+            switch self {
+            case .shutDown: return "the thread pool has been shut down; the work was not queued"
+            case .shutdownFromOwnWorker:
+                return "ThreadPool.shutdown() was called from one of the pool's own workers, which would wait for itself"
+            case .invalidConfiguration(let why): return "invalid ThreadPool configuration: \(why)"
+            case .systemError(let e): return "the system refused a thread-pool resource (errno \(e))"
+            }
+        }
+    }
+
+    /// How to build a pool. Every field has a default that needs no thought.
+    public struct Configuration: Sendable {
+        /// Worker threads; `nil` means one per CPU in the process's affinity mask
+        /// (so `taskset` and container CPU sets are honoured).
+        public var workers: Int?
+        /// Slots in each worker's deque (rounded up to a power of two). When a worker
+        /// spawns more than this without running any, half moves to the shared queue.
+        public var dequeCapacity: Int = 256
+        /// How long an idle worker keeps looking for work before it sleeps.
+        public var spin: Duration = .microseconds(50)
+        /// Nice value the workers run at (Linux, per thread). Negative values need
+        /// privilege; when refused, workers stay at their inherited nice and
+        /// ``niceError`` says why.
+        public var nice: Int32 = 0
+        /// Thread-name prefix (the kernel keeps 15 characters, index included).
+        public var name: String = "spindle-w"
+
+        public init(workers: Int? = nil) { self.workers = workers }
+    }
+
+    /// The process-wide pool, created on first use with one worker per usable CPU.
+    public static let shared: ThreadPool = {
+        do { return try ThreadPool(configuration: Configuration()) } catch {
+            fatalError("Spindle could not start its shared thread pool: \(error)")
+        }
+    }()
+
+    /// Creates a pool with `workers` threads (`nil`: one per usable CPU).
+    public convenience init(workers: Int? = nil) throws {
+        try self.init(configuration: Configuration(workers: workers))
+    }
+
+    /// Creates a pool from a full configuration.
+    public init(configuration: Configuration) throws {
+        if let w = configuration.workers, w < 1 || w > 4096 {
+            throw Error.invalidConfiguration("workers must be in 1...4096, got \(w)")
+        }
+        guard configuration.dequeCapacity >= 1, configuration.dequeCapacity <= 1 << 24 else {
+            throw Error.invalidConfiguration("dequeCapacity must be in 1...\(1 << 24), got \(configuration.dequeCapacity)")
+        }
+        guard (-20...19).contains(configuration.nice) else {
+            throw Error.invalidConfiguration("nice must be in -20...19, got \(configuration.nice)")
+        }
+        let spinNs = configuration.spin.components.seconds * 1_000_000_000
+            + configuration.spin.components.attoseconds / 1_000_000_000
+        guard spinNs >= 0, spinNs <= Int64(UInt32.max) else {
+            throw Error.invalidConfiguration("spin must be between 0 and ~4 s")
+        }
+        var cfg = spindle_config()
+        spindle_config_init(&cfg)
+        cfg.workers = UInt32(configuration.workers ?? 0)
+        cfg.deque_capacity = UInt32(configuration.dequeCapacity)
+        cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
+        cfg.nice = configuration.nice
+        var pool: OpaquePointer?
+        let rc = configuration.name.withCString { name -> Int32 in
+            cfg.name = name
+            return spindle_pool_create(&cfg, &pool)
+        }
+        guard rc == 0, let pool else {
+            if rc == EINVAL { throw Error.invalidConfiguration("rejected by the engine") }
+            throw Error.systemError(errno: rc)
+        }
+        self.raw = pool
+        self.workerCount = Int(spindle_pool_worker_count(pool))
+    }
+
+    deinit {
+        let pool = UncheckedSendablePointer(raw)
+        if spindle_pool_current_worker(raw) >= 0 {
+            // The last reference went away inside one of our own tasks: this thread
+            // cannot wait for itself, so a helper thread drains and frees the pool.
+            var thread = pthread_t()
+            let box = Unmanaged.passRetained(FreeRequest(pool)).toOpaque()
+            let rc = pthread_create(&thread, nil, { arg in
+                let req = Unmanaged<FreeRequest>.fromOpaque(arg!).takeRetainedValue()
+                spindle_pool_free(req.pool.pointer)
+                return nil
+            }, box)
+            if rc == 0 { pthread_detach(thread) } else {
+                Unmanaged<FreeRequest>.fromOpaque(box).release()
+                // Leaking is the only safe answer left: the pool stays alive, idle.
+            }
+        } else {
+            spindle_pool_free(pool.pointer)
+        }
+    }
+
+    /// Queues `work` to run once on one of the pool's threads.
+    ///
+    /// From inside a pool task the closure goes on the current worker's own deque (the
+    /// fast path: no shared cache line); from any other thread it goes to the shared
+    /// injector queue. Costs one allocation (the closure's node) and no lock.
+    ///
+    /// - Throws: ``Error/shutDown`` once ``shutdown(_:)`` has begun; the closure is then
+    ///   released without running, and nothing was queued.
+    public func submit(_ work: @escaping @Sendable () -> Void) throws {
+        let task = ClosureTask.make(work)
+        let rc = spindle_submit_task(raw, task)
+        if rc != 0 {
+            ClosureTask.discard(task)
+            throw Error.shutDown
+        }
+    }
+
+    /// Stops the pool and waits for its threads to exit.
+    ///
+    /// With ``ShutdownMode/drain`` every closure already queued runs first (and what
+    /// they spawn); with ``ShutdownMode/cancel`` queued closures are released without
+    /// running. Either way, submissions from outside the pool fail with
+    /// ``Error/shutDown`` from the moment shutdown begins. Calling it again, or
+    /// concurrently, returns at once.
+    ///
+    /// - Throws: ``Error/shutdownFromOwnWorker`` when called from a pool task.
+    public func shutdown(_ mode: ShutdownMode = .drain) throws {
+        let rc = spindle_pool_shutdown(raw, mode == .drain ? SPINDLE_SHUTDOWN_DRAIN : SPINDLE_SHUTDOWN_CANCEL)
+        switch rc {
+        case 0, EALREADY: return
+        case EDEADLK: throw Error.shutdownFromOwnWorker
+        default: throw Error.systemError(errno: rc)
+        }
+    }
+
+    /// True once ``shutdown(_:)`` has begun.
+    public var isShuttingDown: Bool { spindle_pool_is_shutting_down(raw) }
+
+    /// True when the calling thread is one of this pool's workers.
+    public var isCurrentThreadWorker: Bool { spindle_pool_current_worker(raw) >= 0 }
+
+    /// The index (0..<workerCount) of the calling worker, or nil outside the pool.
+    public var currentWorkerIndex: Int? {
+        let i = spindle_pool_current_worker(raw)
+        return i >= 0 ? Int(i) : nil
+    }
+
+    /// The nice value the workers actually run at.
+    public var effectiveNice: Int32 { spindle_pool_effective_nice(raw) }
+    /// Why the configured nice value was refused (`EACCES` for an unprivileged process
+    /// asking for a negative nice), or nil if it was applied.
+    public var niceError: Int32? {
+        let e = spindle_pool_nice_error(raw)
+        return e == 0 ? nil : e
+    }
+
+    /// Per-worker counters, as one snapshot (each counter read atomically).
+    public var stats: [WorkerStats] {
+        var out = [spindle_worker_stats](repeating: spindle_worker_stats(), count: workerCount)
+        let n = Int(spindle_pool_stats(raw, &out, UInt32(workerCount)))
+        return out.prefix(n).map(WorkerStats.init)
+    }
+
+    /// CPU time consumed by all the pool's threads since it started.
+    public var cpuTime: Duration { .nanoseconds(Int64(spindle_pool_cpu_time_ns(raw))) }
+}
+
+/// Counters of one worker thread, monotonic since the pool started.
+public struct WorkerStats: Sendable, Equatable {
+    /// Tasks this worker ran (or released, when cancelled by shutdown).
+    public var executed: UInt64
+    /// Tasks this worker took from another worker's deque.
+    public var stolen: UInt64
+    /// Tasks other workers took from this worker's deque.
+    public var stolenFrom: UInt64
+    /// Times this worker went to sleep.
+    public var parked: UInt64
+    /// Tasks this worker took from the shared injector queue.
+    public var injectorPops: UInt64
+    /// Tasks this worker moved from its full deque to the injector.
+    public var overflowed: UInt64
+    /// CPU time the thread has consumed.
+    public var cpuTime: Duration
+
+    init(_ s: spindle_worker_stats) {
+        executed = s.executed
+        stolen = s.stolen
+        stolenFrom = s.stolen_from
+        parked = s.parked
+        injectorPops = s.injector_pops
+        overflowed = s.overflowed
+        cpuTime = .nanoseconds(Int64(s.cpu_ns))
+    }
+}
+
+/// A raw pointer we promise to use safely across threads.
+struct UncheckedSendablePointer: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(_ p: OpaquePointer) { pointer = p }
+}
+
+private final class FreeRequest: @unchecked Sendable {
+    let pool: UncheckedSendablePointer
+    init(_ p: UncheckedSendablePointer) { pool = p }
+}

@@ -1,0 +1,44 @@
+import Foundation
+import XCTest
+
+/// Stress sizes scale with `SPINDLE_STRESS` (default 1: small enough for every CI run,
+/// including under ThreadSanitizer; a nightly-style run sets 20 or more).
+enum Stress {
+    static let scale: Int = {
+        if let s = ProcessInfo.processInfo.environment["SPINDLE_STRESS"], let v = Int(s), v > 0 { return v }
+        return 1
+    }()
+    /// `base` × scale, but reduced under ThreadSanitizer, which runs ~10-20× slower.
+    static func count(_ base: Int) -> Int {
+        let n = base * scale
+        return isTSan ? max(1, n / 10) : n
+    }
+    static let isTSan: Bool = ProcessInfo.processInfo.environment["SPINDLE_TSAN"] == "1"
+}
+
+/// Threads of this process, from /proc/self/task.
+func processThreadCount() -> Int {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
+}
+
+/// Resident set size of this process, in bytes.
+func residentBytes() -> Int {
+    guard let s = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let parts = s.split(separator: " ")
+    return (Int(parts.count > 1 ? parts[1] : "0") ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// Runs `body` on `count` fresh threads at once and waits for them all.
+func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    let group = DispatchGroup()
+    for i in 0..<count {
+        group.enter()
+        let t = Thread {
+            body(i)
+            group.leave()
+        }
+        t.stackSize = 1 << 20
+        t.start()
+    }
+    group.wait()
+}

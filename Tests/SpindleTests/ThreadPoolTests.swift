@@ -1,0 +1,274 @@
+import CSpindle
+import Foundation
+import Spindle
+import Synchronization
+import XCTest
+
+/// Per-index run counters: each task writes only its own slot, so a task that runs
+/// twice shows up as 2 (or, if the two runs overlap, as a ThreadSanitizer report).
+final class RunCounts: @unchecked Sendable {
+    let slots: UnsafeMutableBufferPointer<Int>
+    init(_ n: Int) { slots = .allocate(capacity: n); slots.initialize(repeating: 0) }
+    deinit { slots.deallocate() }
+    func hit(_ i: Int) { slots[i] += 1 }
+    var wrong: [Int] { slots.indices.filter { slots[$0] != 1 } }
+}
+
+/// Counts how many closures were released without being run.
+final class ReleaseCounter: Sendable {
+    let released = Atomic<Int>(0)
+}
+final class Token: Sendable {
+    let counter: ReleaseCounter
+    init(_ c: ReleaseCounter) { counter = c }
+    deinit { counter.released.add(1, ordering: .relaxed) }
+}
+
+func fib(_ pool: ThreadPool, _ n: Int) -> Int {
+    if n < 2 { return n }
+    let (a, b) = pool.join({ fib(pool, n - 1) }, { fib(pool, n - 2) })
+    return a + b
+}
+
+final class ThreadPoolTests: XCTestCase {
+    func testWorkerCountDefaultsToUsableCPUs() throws {
+        let pool = try ThreadPool()
+        // Cpus_allowed_list in /proc is the affinity mask, computed independently.
+        let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        let line = status.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list:") }!
+        var n = 0
+        for part in line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces).split(separator: ",") {
+            let b = part.split(separator: "-").map { Int($0)! }
+            n += b.count == 1 ? 1 : b[1] - b[0] + 1
+        }
+        XCTAssertEqual(pool.workerCount, n)
+        XCTAssertEqual(try ThreadPool(workers: 3).workerCount, 3)
+    }
+
+    func testWorkersAreNamed() throws {
+        let pool = try ThreadPool(workers: 2)
+        let names = Mutex<Set<String>>([])
+        let done = DispatchSemaphore(value: 0)
+        for _ in 0..<2 {
+            try pool.submit {
+                let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?
+                    .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+
+                names.withLock { _ = $0.insert(name) }
+                done.signal()
+            }
+        }
+        done.wait(); done.wait()
+        for n in names.withLock({ $0 }) { XCTAssertTrue(n.hasPrefix("spindle-w"), n) }
+    }
+
+    func testMillionTasksFromOutsideRunExactlyOnce() throws {
+        let n = Stress.count(1_000_000)
+        let pool = try ThreadPool()
+        let counts = RunCounts(n)
+        let left = Atomic<Int>(n)
+        let done = DispatchSemaphore(value: 0)
+        for i in 0..<n {
+            try pool.submit {
+                counts.hit(i)
+                if left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.signal() }
+            }
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 120), .success)
+        XCTAssertEqual(counts.wrong.count, 0)
+        let executed = pool.stats.reduce(0) { $0 + $1.executed }
+        XCTAssertEqual(executed, UInt64(n))
+    }
+
+    func testMillionTasksFromInsideWorkersRunExactlyOnce() throws {
+        let n = Stress.count(1_000_000)
+        let spawners = 100
+        let pool = try ThreadPool()
+        let counts = RunCounts(n)
+        let left = Atomic<Int>(n)
+        let done = DispatchSemaphore(value: 0)
+        let per = n / spawners
+        for s in 0..<spawners {
+            try pool.submit {
+                let end = s == spawners - 1 ? n : (s + 1) * per
+                for i in s * per..<end {
+                    try! pool.submit {
+                        counts.hit(i)
+                        if left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.signal() }
+                    }
+                }
+            }
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 120), .success)
+        XCTAssertEqual(counts.wrong.count, 0)
+        let s = pool.stats
+        XCTAssertEqual(s.reduce(0) { $0 + $1.executed }, UInt64(n + spawners))
+        if pool.workerCount > 1 {
+            XCTAssertEqual(s.reduce(0) { $0 + $1.stolen }, s.reduce(0) { $0 + $1.stolenFrom })
+        }
+    }
+
+    func testDeepRecursiveForkJoin() throws {
+        let pool = try ThreadPool()
+        XCTAssertEqual(pool.run { fib(pool, Stress.isTSan ? 18 : 24) }, Stress.isTSan ? 2584 : 46368)
+        // From outside the pool too (forks go through the injector).
+        XCTAssertEqual(fib(pool, 15), 610)
+    }
+
+    func testJoinWaitsForTheOtherHalfWhenTheFirstThrows() throws {
+        struct Boom: Error {}
+        let pool = try ThreadPool(workers: 2)
+        let finished = Atomic<Bool>(false)
+        XCTAssertThrowsError(try pool.run {
+            Result { try pool.join({ () throws -> Int in throw Boom() }, { () -> Int in
+                usleep(20_000)
+                finished.store(true, ordering: .releasing)
+                return 1
+            }) }
+        }.get())
+        XCTAssertTrue(finished.load(ordering: .acquiring), "join returned before its second half finished")
+    }
+
+    func testConcurrentPerformCoversEveryIndexOnce() throws {
+        let pool = try ThreadPool()
+        for n in [0, 1, 7, 1000, Stress.count(300_000)] {
+            let counts = RunCounts(max(n, 1))
+            pool.concurrentPerform(iterations: n) { counts.hit($0) }
+            if n > 0 { XCTAssertEqual(counts.wrong.count, 0, "n = \(n)") }
+        }
+        // From inside a worker, nested in fork-join.
+        let counts = RunCounts(10_000)
+        pool.run { pool.concurrentPerform(iterations: 10_000, grain: 7) { counts.hit($0) } }
+        XCTAssertEqual(counts.wrong.count, 0)
+    }
+
+    func testShutdownDrainRunsEverythingQueued() throws {
+        let pool = try ThreadPool(workers: 2)
+        let n = Stress.count(100_000)
+        let ran = Atomic<Int>(0)
+        for _ in 0..<n { try pool.submit { ran.add(1, ordering: .relaxed) } }
+        try pool.shutdown(.drain)
+        XCTAssertEqual(ran.load(ordering: .relaxed), n)
+        XCTAssertThrowsError(try pool.submit {}) { XCTAssertEqual($0 as? ThreadPool.Error, .shutDown) }
+    }
+
+    func testShutdownCancelReleasesWhatHasNotStarted() throws {
+        let pool = try ThreadPool(workers: 1)
+        let gate = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        let ran = Atomic<Int>(0)
+        let counter = ReleaseCounter()
+        try pool.submit { started.signal(); gate.wait() }
+        started.wait()
+        let n = 1000
+        for _ in 0..<n {
+            let token = Token(counter)
+            try pool.submit { _ = token; ran.add(1, ordering: .relaxed) }
+        }
+        let shutdownReturned = Atomic<Bool>(false)
+        let t = Thread {
+            try? pool.shutdown(.cancel)
+            shutdownReturned.store(true, ordering: .releasing)
+        }
+        t.start()
+        while !pool.isShuttingDown { usleep(100) }
+        XCTAssertThrowsError(try pool.submit {}) { XCTAssertEqual($0 as? ThreadPool.Error, .shutDown) }
+        gate.signal()
+        while !shutdownReturned.load(ordering: .acquiring) { usleep(100) }
+        XCTAssertEqual(ran.load(ordering: .relaxed), 0, "cancelled closures must not run")
+        XCTAssertEqual(counter.released.load(ordering: .relaxed), n, "every cancelled closure is released")
+    }
+
+    func testShutdownFromOwnWorkerIsAnError() throws {
+        let pool = try ThreadPool(workers: 1)
+        let result = pool.run { () -> String in
+            do { try pool.shutdown(); return "no error" } catch { return "\(error)" }
+        }
+        XCTAssertEqual(result, "\(ThreadPool.Error.shutdownFromOwnWorker)")
+        XCTAssertFalse(pool.isShuttingDown)
+    }
+
+    func testSubmitsRacingShutdownAreRunOrRefusedNeverLost() throws {
+        for _ in 0..<Stress.count(20) {
+            let pool = try ThreadPool(workers: 2)
+            let accepted = Atomic<Int>(0), ran = Atomic<Int>(0)
+            let go = Atomic<Bool>(false)
+            let t = Thread {
+                while !go.load(ordering: .acquiring) {}
+                for _ in 0..<5_000 {
+                    do { try pool.submit { ran.add(1, ordering: .relaxed) }; accepted.add(1, ordering: .relaxed) } catch {}
+                }
+            }
+            t.start()
+            go.store(true, ordering: .releasing)
+            usleep(UInt32.random(in: 0...300))
+            try pool.shutdown(.drain)
+            // The submitting thread may still be inside a refused submit; wait for it.
+            while accepted.load(ordering: .relaxed) > ran.load(ordering: .relaxed) { usleep(100) }
+            XCTAssertEqual(accepted.load(ordering: .relaxed), ran.load(ordering: .relaxed))
+            while !t.isFinished { usleep(100) }
+        }
+    }
+
+    func testCreateDestroyThousandTimesLeaksNoThreads() throws {
+        let baselineThreads = processThreadCount()
+        // Warm up allocator arenas, then measure growth over many cycles.
+        for _ in 0..<20 { _ = try ThreadPool(workers: 2) }
+        let rss0 = residentBytes()
+        for i in 0..<Stress.count(1000) {
+            let pool = try ThreadPool(workers: 2)
+            try pool.submit {}
+            if i % 2 == 0 { try pool.shutdown(.cancel) }
+        }
+        XCTAssertEqual(processThreadCount(), baselineThreads, "worker threads outlived their pools")
+        let grown = residentBytes() - rss0
+        XCTAssertLessThan(grown, 8 << 20, "resident memory grew \(grown) bytes over 1000 pools")
+    }
+
+    func testIdlePoolBurnsNoCPU() throws {
+        let pool = try ThreadPool()
+        // Warm up: make every worker run and go back to sleep.
+        for _ in 0..<10_000 { try pool.submit {} }
+        usleep(200_000)
+        let before = pool.cpuTime
+        sleep(1)
+        let used = pool.cpuTime - before
+        XCTAssertLessThan(used, .milliseconds(1), "an idle pool used \(used) of CPU in one second")
+    }
+
+    func testPoolReleasedInsideItsOwnTaskDoesNotDeadlock() throws {
+        let done = DispatchSemaphore(value: 0)
+        do {
+            let pool = try ThreadPool(workers: 1)
+            let box = UncheckedBox(pool)
+            try pool.submit {
+                _ = box
+                done.signal()
+            }
+        }
+        // The last reference may be dropped on the worker; the pool must still free
+        // itself (on a helper thread) rather than hang or crash.
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+    }
+
+    func testInvalidConfigurationIsReported() {
+        XCTAssertThrowsError(try ThreadPool(workers: 0))
+        var c = ThreadPool.Configuration()
+        c.nice = 40
+        XCTAssertThrowsError(try ThreadPool(configuration: c))
+    }
+
+    func testRefusedNegativeNiceFallsBackAndIsReported() throws {
+        var c = ThreadPool.Configuration(workers: 1)
+        c.nice = 5
+        let pool = try ThreadPool(configuration: c)
+        XCTAssertEqual(pool.effectiveNice, 5)
+        XCTAssertNil(pool.niceError)
+        if getuid() != 0 {
+            c.nice = -4
+            let p2 = try ThreadPool(configuration: c)
+            XCTAssertEqual(p2.niceError, EACCES)
+            XCTAssertEqual(p2.effectiveNice, Int32(getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)), "refused: workers keep the inherited nice")
+        }
+    }
+}
