@@ -232,3 +232,40 @@ int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
     pf_release(j);
     return 0;
 }
+
+/* ---- stand-alone latches (spindle.h) ------------------------------------------------ */
+
+static inline _Atomic uint32_t *latch_word(spindle_latch *l) {
+    return (_Atomic uint32_t *)(void *)&l->spindle_state;
+}
+
+void spindle_latch_init(spindle_latch *l) {
+    atomic_init(latch_word(l), SPINDLE_LATCH_UNSET);
+    /* The waiter is recorded now, on the waiting thread, before the latch is published
+     * to any setter (L2). */
+    l->spindle_waiter = spindle_tls_worker;
+}
+
+void spindle_latch_set(spindle_latch *l) {
+    spindle_worker *waiter = l->spindle_waiter; /* before the exchange (L2) */
+    latch_set(latch_word(l), waiter);
+}
+
+bool spindle_latch_is_set(const spindle_latch *l) {
+    /* Acquire pairs with latch_set's release. */
+    return atomic_load_explicit(latch_word((spindle_latch *)l), memory_order_acquire) ==
+           SPINDLE_LATCH_SET;
+}
+
+void spindle_latch_wait(spindle_latch *l) {
+    spindle_worker *w = l->spindle_waiter;
+    if (w && w == spindle_tls_worker)
+        spindle_worker_wait_latch(w, latch_word(l));
+    else
+        latch_wait_external(latch_word(l));
+}
+
+static _Thread_local void *thread_slot;
+
+void *spindle_thread_slot(void) { return thread_slot; }
+void spindle_set_thread_slot(void *value) { thread_slot = value; }

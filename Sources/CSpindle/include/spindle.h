@@ -208,6 +208,34 @@ bool spindle_join(spindle_pool *pool, spindle_join_frame *frame);
 int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
                          void (*body)(void *ctx, size_t begin, size_t end), void *ctx);
 
+/*
+ * Latches
+ * -------
+ * A one-shot event for one waiter, who owns the latch (typically on its stack) and
+ * registers it wherever the setter will find it. Initialise it on the thread that will
+ * wait: that records whether the waiter is a pool worker. A worker waiting on a latch
+ * keeps executing its pool's work instead of blocking (so waits inside pool work cannot
+ * starve the pool); any other thread spins briefly, then sleeps on a futex.
+ * The setter may touch the latch only up to the `spindle_latch_set` call: the waiter
+ * may return, and the latch disappear, as soon as it is set.
+ */
+typedef struct spindle_latch {
+    uint32_t spindle_state;  /* engine-owned */
+    uint32_t spindle_pad;
+    void *spindle_waiter;    /* engine-owned */
+} spindle_latch;
+
+void spindle_latch_init(spindle_latch *latch);
+void spindle_latch_set(spindle_latch *latch);
+bool spindle_latch_is_set(const spindle_latch *latch);
+void spindle_latch_wait(spindle_latch *latch);
+
+/** One pointer of per-thread storage for the language binding (Spindle's Swift layer
+ *  keeps the running operation there). A plain C11 _Thread_local: no allocation, no
+ *  destructor. */
+void *spindle_thread_slot(void);
+void spindle_set_thread_slot(void *value);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,61 @@
+import CSpindle
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Per-thread state of the façade: which operation (and queue) the thread is running,
+/// and the work list that turns the release of a long dependency chain into a loop.
+///
+/// Stored behind a pthread key whose destructor frees it when the thread exits.
+final class ThreadState {
+    /// The operation whose `start()` this thread is inside (unretained: the runner
+    /// holds a strong reference for the duration).
+    var currentOperation: Unmanaged<Operation>?
+    /// The queue that started it (unretained, same reason).
+    var currentQueue: Unmanaged<OperationQueue>?
+    /// True while this thread is inside `releaseIteratively`.
+    var draining = false
+    /// Dependency arrays waiting to be released by the active drain loop.
+    var pendingReleases: [[Operation]] = []
+
+    private static let key: pthread_key_t = {
+        var k = pthread_key_t()
+        let rc = pthread_key_create(&k) { p in
+            if let p { Unmanaged<ThreadState>.fromOpaque(p).release() }
+        }
+        precondition(rc == 0, "Spindle: pthread_key_create failed (\(rc))")
+        return k
+    }()
+
+    static var current: ThreadState {
+        if let p = pthread_getspecific(key) {
+            return Unmanaged<ThreadState>.fromOpaque(p).takeUnretainedValue()
+        }
+        let s = ThreadState()
+        pthread_setspecific(key, Unmanaged.passRetained(s).toOpaque())
+        return s
+    }
+
+    /// Releases `deps` without recursing through chains of dependencies.
+    ///
+    /// An operation retains its dependencies (as Foundation's does), so dropping the
+    /// last reference to the tail of an N-long chain would run N nested deinits and
+    /// overflow the stack for large N (Foundation's Linux queue crashes at ~50 000).
+    /// Instead, each deinit hands its dependency array here: the outermost call drains
+    /// a work list, and deinits triggered while draining only append to it. Stack depth
+    /// stays constant; the work is the same.
+    static func releaseIteratively(_ deps: consuming [Operation]) {
+        let state = current
+        if state.draining {
+            state.pendingReleases.append(deps)
+            return
+        }
+        state.draining = true
+        var batch: [Operation]? = deps
+        while batch != nil {
+            batch = nil // releasing here may append more to pendingReleases
+            batch = state.pendingReleases.popLast()
+        }
+        state.draining = false
+    }
+}
