@@ -42,3 +42,11 @@ func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
     }
     group.wait()
 }
+
+// XCTest re-exports Foundation, so test files see Foundation's operation types both
+// directly and through Spindle; these module-level aliases pick Spindle's.
+import Spindle
+typealias Operation = Spindle.Operation
+typealias BlockOperation = Spindle.BlockOperation
+typealias OperationQueue = Spindle.OperationQueue
+typealias InvocationOperation = Spindle.InvocationOperation

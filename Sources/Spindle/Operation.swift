@@ -1,0 +1,508 @@
+import CSpindle
+import Synchronization
+
+/// An abstract unit of work, with Foundation's `Operation` semantics, run on Spindle's
+/// work-stealing pool.
+///
+/// Subclass it and override ``main()`` for synchronous work, or override ``start()``,
+/// ``isAsynchronous``, ``isExecuting`` and ``isFinished`` for asynchronous work that
+/// reports its own completion with `willChangeValue(forKey: "isFinished")` /
+/// `didChangeValue(forKey: "isFinished")`, exactly as with Foundation.
+///
+/// ### Differences from Foundation on Linux (deliberate)
+/// - Readiness is tracked by a counter per operation, updated once per dependency
+///   edge when the dependency finishes: no queue rescans waiting operations.
+/// - ``removeDependency(_:)`` of the last unfinished dependency makes a queued
+///   operation start (Foundation on Linux leaves it stuck).
+/// - The completion block is cleared after it runs, as on Darwin.
+/// - Releasing the last reference to a very long dependency chain does not recurse.
+///
+/// ### Key-value observing
+/// Spindle's `Operation` is not an `NSObject`, so there is no KVO. The notifications
+/// that matter to operations — `isExecuting`, `isFinished`, `isReady`, `isCancelled` —
+/// are delivered through ``willChangeValue(forKey:)`` / ``didChangeValue(forKey:)``, and
+/// anyone can watch them with ``onStateChange(_:)``.
+open class Operation: @unchecked Sendable {
+    // @unchecked: all mutable state is behind `guarded` (a Mutex) or atomics; the few
+    // queue-owned fields are touched only under the owning queue's lock.
+
+    /// Relative priority among the ready operations of one queue.
+    public enum QueuePriority: Int, Sendable, Comparable {
+        case veryLow = -8
+        case low = -4
+        case normal = 0
+        case high = 4
+        case veryHigh = 8
+
+        public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+
+        /// 0 (veryLow) ... 4 (veryHigh): the index of the queue's ready list.
+        var level: Int {
+            switch self {
+            case .veryLow: return 0
+            case .low: return 1
+            case .normal: return 2
+            case .high: return 3
+            case .veryHigh: return 4
+            }
+        }
+    }
+
+    /// A change in an operation's state, as delivered to ``onStateChange(_:)``.
+    public enum StateChange: Sendable, Equatable {
+        /// All dependencies finished (or the operation was cancelled): it may start.
+        case ready
+        /// It started executing.
+        case executing
+        /// It finished (ran, or was retired after cancellation).
+        case finished
+        /// ``cancel()`` was called.
+        case cancelled
+    }
+
+    enum Phase: UInt8 {
+        case pending, executing, finished
+    }
+
+    /// Fields used by few operations live out of line, to keep a queued operation small.
+    final class Extras: @unchecked Sendable {
+        var name: String?
+        var threadPriority: Double = 0.5
+        var observers: [@Sendable (StateChange) -> Void] = []
+    }
+
+    struct Guarded {
+        var phase: Phase = .pending
+        var dependencies: [Operation] = []
+        /// Dependencies that have not finished yet. Readiness is `== 0`.
+        var unfinished = 0
+        /// Operations that depend on this one; weak, so a dependent dropped by its owner
+        /// is freed (Foundation keeps these unretained too).
+        var dependents: [WeakOperation] = []
+        var completionBlock: (@Sendable () -> Void)?
+        var waiters: [Waiter] = []
+        var queuePriority: QueuePriority = .normal
+        var qualityOfService: QualityOfService = .default
+        var qosExplicit = false
+        /// The queue this operation was added to, until it finishes.
+        var queue: OperationQueue?
+        /// True once the queue has been told this operation is ready (exactly once).
+        var readySignalled = false
+        var extras: Extras?
+    }
+
+    let guarded = Mutex(Guarded())
+    let cancelledFlag = Atomic<Bool>(false)
+    /// Set once the finish protocol has run (dependents released, queue told).
+    let finishHandled = Atomic<Bool>(false)
+    /// Set while the owning queue is calling `start()`, so a manual `start()` of a
+    /// queued operation can be told apart and refused.
+    let startedByQueue = Atomic<Bool>(false)
+
+    // Owned by the queue this operation is in; only touched under that queue's lock.
+    var queueSlot = -1
+    var queueStarted = false
+    var queueRetired = false
+
+    public init() {}
+
+    deinit {
+        // Dependencies are released in a loop, not recursively (see ThreadState).
+        ThreadState.releaseIteratively(guarded.withLock { g in
+            let d = g.dependencies
+            g.dependencies = []
+            return d
+        })
+    }
+
+    // MARK: - Subclassing points
+
+    /// Performs the operation's work. The default does nothing. Called by ``start()``
+    /// unless the operation was cancelled first.
+    open func main() {}
+
+    /// Starts the operation: runs ``main()`` on the calling thread and finishes.
+    ///
+    /// Operations in a queue are started by the queue; call `start()` yourself only on
+    /// an operation that is in no queue. A cancelled operation finishes without calling
+    /// ``main()``. Override it (without calling `super`) for asynchronous operations.
+    ///
+    /// Traps when the operation is already executing or finished, belongs to a queue,
+    /// or is not ready (has unfinished dependencies): Foundation treats each of these
+    /// as a programmer error.
+    open func start() {
+        let cancelled = isCancelled
+        let queued = !startedByQueue.load(ordering: .acquiring) && guarded.withLock { $0.queue != nil }
+        if queued {
+            fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
+        }
+        if !cancelled && !isReady {
+            fatalError("Operation.start() was called on \(describe()), which is not ready: it has unfinished dependencies")
+        }
+        let previous = guarded.withLock { g -> Phase in
+            let p = g.phase
+            if p == .pending { g.phase = .executing }
+            return p
+        }
+        switch previous {
+        case .executing:
+            fatalError("Operation.start() was called on \(describe()), which is already executing")
+        case .finished:
+            fatalError("Operation.start() was called on \(describe()), which has already finished")
+        case .pending:
+            break
+        }
+        if !cancelled {
+            willChangeValue(forKey: "isExecuting")
+            didChangeValue(forKey: "isExecuting")
+            notify(.executing)
+            let state = ThreadState.current
+            let saved = state.currentOperation
+            state.currentOperation = Unmanaged.passUnretained(self)
+            main()
+            state.currentOperation = saved
+        }
+        willChangeValue(forKey: "isFinished")
+        willChangeValue(forKey: "isExecuting")
+        guarded.withLock { $0.phase = .finished }
+        didChangeValue(forKey: "isExecuting")
+        didChangeValue(forKey: "isFinished")
+        finishProtocol()
+    }
+
+    /// Asks the operation to stop. Queued operations that have not started finish
+    /// without running ``main()``; a running operation should check ``isCancelled``.
+    /// Cancelling an operation that waits on dependencies makes it ready at once.
+    open func cancel() {
+        if cancelledFlag.exchange(true, ordering: .acquiringAndReleasing) { return }
+        willChangeValue(forKey: "isCancelled")
+        didChangeValue(forKey: "isCancelled")
+        notify(.cancelled)
+        // A cancelled operation is ready regardless of its dependencies.
+        evaluateReadiness()
+    }
+
+    /// True once ``cancel()`` has been called.
+    open var isCancelled: Bool { cancelledFlag.load(ordering: .acquiring) }
+
+    /// True while ``start()`` is running the operation.
+    open var isExecuting: Bool { guarded.withLock { $0.phase == .executing } }
+
+    /// True once the operation has finished.
+    open var isFinished: Bool { guarded.withLock { $0.phase == .finished } }
+
+    /// False by default: the operation runs synchronously in ``start()``.
+    open var isAsynchronous: Bool { false }
+
+    /// The same as ``isAsynchronous`` (the older name).
+    open var isConcurrent: Bool { isAsynchronous }
+
+    /// True when every dependency has finished, or the operation is cancelled.
+    /// Override to add conditions of your own (call `super`), and report changes with
+    /// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`.
+    open var isReady: Bool {
+        isCancelled || guarded.withLock { $0.unfinished == 0 }
+    }
+
+    // MARK: - Notifications (the part of KVO operations depend on)
+
+    /// Announces that the value for `key` is about to change. Kept for Foundation
+    /// compatibility; state is evaluated in ``didChangeValue(forKey:)``.
+    open func willChangeValue(forKey key: String) {}
+
+    /// Announces that the value for `key` changed. For `"isFinished"`, `"isReady"` and
+    /// `"isExecuting"` (also spelled without `is`), Spindle re-reads the state: this is
+    /// how a custom asynchronous operation tells its queue and dependents it finished.
+    open func didChangeValue(forKey key: String) {
+        switch key {
+        case "isFinished", "finished":
+            if isFinished { finishProtocol() }
+        case "isReady", "ready":
+            evaluateReadiness()
+        case "isExecuting", "executing":
+            if isExecuting { notify(.executing) }
+        default:
+            break
+        }
+    }
+
+    // MARK: - Properties
+
+    /// A name for debugging and logging.
+    open var name: String? {
+        get { guarded.withLock { $0.extras?.name } }
+        set { withExtras { $0.name = newValue } }
+    }
+
+    /// Priority relative to the other ready operations of the same queue.
+    open var queuePriority: QueuePriority {
+        get { guarded.withLock { $0.queuePriority } }
+        set { guarded.withLock { $0.queuePriority = newValue } }
+    }
+
+    /// The quality of service the operation runs at. When left at `.default`, the
+    /// queue's quality of service applies, or the one implied by ``threadPriority``.
+    open var qualityOfService: QualityOfService {
+        get { guarded.withLock { $0.qualityOfService } }
+        set {
+            guarded.withLock {
+                $0.qualityOfService = newValue
+                $0.qosExplicit = true
+            }
+        }
+    }
+
+    /// The older, numeric form of priority: 0.0 (lowest) to 1.0 (highest), default 0.5.
+    ///
+    /// When no ``qualityOfService`` has been set, it selects the nearest class:
+    /// below 0.2 `.background`, below 0.4 `.utility`, below 0.6 `.default`, below 0.8
+    /// `.userInitiated`, otherwise `.userInteractive`.
+    open var threadPriority: Double {
+        get { guarded.withLock { $0.extras?.threadPriority ?? 0.5 } }
+        set { withExtras { $0.threadPriority = min(max(newValue, 0), 1) } }
+    }
+
+    /// Runs once, after the operation has finished (whether it ran or was cancelled),
+    /// and is then set to nil. It runs on the thread that finished the operation,
+    /// before waiters on the operation or its queue are released.
+    open var completionBlock: (@Sendable () -> Void)? {
+        get { guarded.withLock { $0.completionBlock } }
+        set { guarded.withLock { $0.completionBlock = newValue } }
+    }
+
+    /// The operations this one waits for.
+    open var dependencies: [Operation] { guarded.withLock { $0.dependencies } }
+
+    // MARK: - Dependencies
+
+    /// Makes this operation wait until `op` has finished. Works across queues.
+    /// Traps when `op` is this operation (it would never become ready). In debug builds
+    /// it also traps when the new edge closes a cycle.
+    open func addDependency(_ op: Operation) {
+        if op === self {
+            fatalError("Operation.addDependency: \(describe()) cannot depend on itself")
+        }
+        #if DEBUG
+        if op.dependsTransitively(on: self) {
+            fatalError("Operation.addDependency: making \(describe()) depend on \(op.describe()) creates a dependency cycle")
+        }
+        #endif
+        let added = guarded.withLock { g -> Bool in
+            if g.dependencies.contains(where: { $0 === op }) { return false }
+            g.dependencies.append(op)
+            return true
+        }
+        guard added else { return }
+        // Count the edge first, then register with `op`. The other order races: `op`
+        // could finish between the two steps and decrement before we increment, and
+        // nobody would then notice that we became ready.
+        willChangeValue(forKey: "isReady")
+        guarded.withLock { $0.unfinished += 1 }
+        didChangeValue(forKey: "isReady")
+        let registered = op.guarded.withLock { g -> Bool in
+            if op.finishHandled.load(ordering: .acquiring) { return false }
+            g.dependents.append(WeakOperation(self))
+            return true
+        }
+        // Already finished: the edge is satisfied at once.
+        if !registered { dependencyFinished() }
+    }
+
+    /// Stops waiting for `op`. If that was the last unfinished dependency of a queued
+    /// operation, the queue starts it.
+    open func removeDependency(_ op: Operation) {
+        let removed = guarded.withLock { g -> Bool in
+            guard let i = g.dependencies.firstIndex(where: { $0 === op }) else { return false }
+            g.dependencies.remove(at: i)
+            return true
+        }
+        guard removed else { return }
+        let wasPending = op.guarded.withLock { g -> Bool in
+            guard let i = g.dependents.firstIndex(where: { $0.op === self }) else { return false }
+            g.dependents.remove(at: i)
+            return true
+        }
+        if wasPending { dependencyFinished() }
+    }
+
+    // MARK: - Waiting
+
+    /// Blocks until the operation has finished.
+    ///
+    /// Called from one of Spindle's pool threads, the thread keeps running other pool
+    /// work while it waits, so waiting inside operations cannot starve the pool. Traps
+    /// when called from inside this same operation, which would wait forever.
+    open func waitUntilFinished() {
+        if finishHandled.load(ordering: .acquiring) { return }
+        if let current = ThreadState.current.currentOperation, current.toOpaque() == Unmanaged.passUnretained(self).toOpaque() {
+            fatalError("Operation.waitUntilFinished() was called from inside \(describe()) itself: it would wait forever")
+        }
+        var latch = spindle_latch()
+        spindle_latch_init(&latch)
+        withUnsafeMutablePointer(to: &latch) { l in
+            let registered = guarded.withLock { g -> Bool in
+                if finishHandled.load(ordering: .acquiring) { return false }
+                g.waiters.append(Waiter(latch: l))
+                return true
+            }
+            if registered { spindle_latch_wait(l) }
+        }
+    }
+
+    /// Suspends the calling task until the operation has finished, without blocking a
+    /// thread (Spindle's addition; `waitUntilFinished()` blocks).
+    public func finished() async {
+        if finishHandled.load(ordering: .acquiring) { return }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let registered = guarded.withLock { g -> Bool in
+                if finishHandled.load(ordering: .acquiring) { return false }
+                g.waiters.append(Waiter(continuation: c))
+                return true
+            }
+            if !registered { c.resume() }
+        }
+    }
+
+    // MARK: - Observation (Spindle's addition)
+
+    /// Calls `handler` on every state change of this operation from now on: ready,
+    /// executing, finished, cancelled. Handlers run synchronously on the thread that
+    /// made the change and must be quick; they are released once the operation has
+    /// finished.
+    public func onStateChange(_ handler: @escaping @Sendable (StateChange) -> Void) {
+        withExtras { $0.observers.append(handler) }
+    }
+
+    // MARK: - Internals
+
+    func describe() -> String {
+        if let n = name { return "operation '\(n)'" }
+        return "operation \(type(of: self)) \(ObjectIdentifier(self))"
+    }
+
+    func withExtras(_ body: (Extras) -> Void) {
+        let e = guarded.withLock { g -> Extras in
+            if let e = g.extras { return e }
+            let e = Extras()
+            g.extras = e
+            return e
+        }
+        guarded.withLock { _ in body(e) }
+    }
+
+    func notify(_ change: StateChange) {
+        let observers = guarded.withLock { $0.extras?.observers ?? [] }
+        for o in observers { o(change) }
+    }
+
+    /// The effective class this operation runs at, given its queue's.
+    func effectiveQoS(queueDefault: QualityOfService) -> QualityOfService {
+        let (qos, explicit, tp) = guarded.withLock { ($0.qualityOfService, $0.qosExplicit, $0.extras?.threadPriority) }
+        if explicit && qos != .default { return qos }
+        if let tp, tp != 0.5 {
+            switch tp {
+            case ..<0.2: return .background
+            case ..<0.4: return .utility
+            case ..<0.6: return .default
+            case ..<0.8: return .userInitiated
+            default: return .userInteractive
+            }
+        }
+        return queueDefault
+    }
+
+    /// One of our dependencies finished (or was removed).
+    func dependencyFinished() {
+        let nowReady = guarded.withLock { g -> Bool in
+            g.unfinished -= 1
+            return g.unfinished == 0
+        }
+        if nowReady {
+            willChangeValue(forKey: "isReady")
+            didChangeValue(forKey: "isReady") // evaluates readiness for the queue
+            notify(.ready)
+        }
+    }
+
+    /// Tells the queue, exactly once, that this operation may start — if it is in a
+    /// queue and its (possibly overridden) `isReady` says so.
+    func evaluateReadiness() {
+        let candidate = guarded.withLock { $0.queue != nil && !$0.readySignalled }
+        guard candidate else { return }
+        // The dynamic `isReady` is read outside our lock: overrides call `super`.
+        guard isCancelled || isReady else { return }
+        let queue = guarded.withLock { g -> OperationQueue? in
+            guard let q = g.queue, !g.readySignalled else { return nil }
+            g.readySignalled = true
+            return q
+        }
+        queue?.operationBecameReady(self)
+    }
+
+    /// Runs once, when the operation has finished by whatever path: releases
+    /// dependents, runs the completion block, tells the queue, wakes waiters.
+    func finishProtocol() {
+        guard finishHandled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+        let (dependents, completion, waiters, queue) = guarded.withLock { g in
+            if g.phase != .finished { g.phase = .finished }
+            let d = g.dependents
+            g.dependents = []
+            let c = g.completionBlock
+            g.completionBlock = nil
+            let w = g.waiters
+            g.waiters = []
+            let q = g.queue
+            g.queue = nil
+            return (d, c, w, q)
+        }
+        for d in dependents { d.op?.dependencyFinished() }
+        notify(.finished)
+        completion?()
+        queue?.operationFinished(self)
+        for w in waiters { w.signal() }
+        guarded.withLock { $0.extras?.observers = [] }
+    }
+
+    #if DEBUG
+    /// Depth-first search through dependencies (debug builds only: it costs O(graph)).
+    func dependsTransitively(on target: Operation) -> Bool {
+        var stack: [Operation] = [self]
+        var seen = Set<ObjectIdentifier>()
+        while let op = stack.popLast() {
+            if op === target { return true }
+            guard seen.insert(ObjectIdentifier(op)).inserted else { continue }
+            stack.append(contentsOf: op.dependencies)
+        }
+        return false
+    }
+    #endif
+}
+
+/// A weak reference to an operation.
+struct WeakOperation: @unchecked Sendable {
+    weak var op: Operation?
+    init(_ op: Operation) { self.op = op }
+}
+
+/// Someone waiting for an operation or a queue: a thread on a latch, or a task.
+struct Waiter: @unchecked Sendable {
+    // @unchecked: the latch lives on the waiting thread's stack until it is set, and
+    // only the finishing thread sets it, once.
+    private let latch: UnsafeMutablePointer<spindle_latch>?
+    private let continuation: CheckedContinuation<Void, Never>?
+
+    init(latch: UnsafeMutablePointer<spindle_latch>) {
+        self.latch = latch
+        self.continuation = nil
+    }
+
+    init(continuation: CheckedContinuation<Void, Never>) {
+        self.latch = nil
+        self.continuation = continuation
+    }
+
+    func signal() {
+        if let latch { spindle_latch_set(latch) }
+        continuation?.resume()
+    }
+}

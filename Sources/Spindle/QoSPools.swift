@@ -1,0 +1,81 @@
+import CSpindle
+import Synchronization
+
+/// One worker set per quality-of-service class, created on first use.
+///
+/// Linux gives a thread one nice value, and an unprivileged thread cannot lower its
+/// nice once raised (RLIMIT_NICE): re-nicing shared workers per task would be both
+/// slow and one-way. So each class gets its own workers at the libdispatch-on-Linux
+/// nice value, and the kernel's scheduler does the prioritising:
+///
+/// | class              | nice |
+/// |--------------------|------|
+/// | `.userInteractive` | −4   |
+/// | `.userInitiated`   | −2   |
+/// | `.default`         | 0    |
+/// | `.utility`         | +2   |
+/// | `.background`      | +10  |
+///
+/// A process without CAP_SYS_NICE (or RLIMIT_NICE headroom) is refused negative nice
+/// values with EACCES; those classes then run at the inherited nice, and the refusal
+/// is reported by ``ThreadPool/niceError`` of the class's pool.
+enum QoSPools {
+    static func nice(for qos: QualityOfService) -> Int32 {
+        switch qos {
+        case .userInteractive: return -4
+        case .userInitiated: return -2
+        case .utility: return 2
+        case .background: return 10
+        default: return 0
+        }
+    }
+
+    static func name(for qos: QualityOfService) -> String {
+        switch qos {
+        case .userInteractive: return "spindle-ui"
+        case .userInitiated: return "spindle-in"
+        case .utility: return "spindle-ut"
+        case .background: return "spindle-bg"
+        default: return "spindle-w"
+        }
+    }
+
+    private static let pools = Mutex<[Int: ThreadPool]>([:])
+
+    /// The already-created class pool whose engine is `raw`, if any (creates nothing).
+    static func existing(_ raw: OpaquePointer) -> ThreadPool? {
+        pools.withLock { p in p.values.first { $0.raw == raw } }
+    }
+
+    static func pool(for qos: QualityOfService) -> ThreadPool {
+        let key = Int(nice(for: qos))
+        if key == 0 { return ThreadPool.shared }
+        return pools.withLock { p in
+            if let existing = p[key] { return existing }
+            var c = ThreadPool.Configuration()
+            c.nice = nice(for: qos)
+            c.name = name(for: qos)
+            let made: ThreadPool
+            do { made = try ThreadPool(configuration: c) } catch {
+                fatalError("Spindle could not start the worker set for \(qos): \(error)")
+            }
+            p[key] = made
+            return made
+        }
+    }
+}
+
+extension ThreadPool {
+    /// The pool whose worker is the calling thread, if it is one of Spindle's pools
+    /// that is reachable from Swift (the shared pool or a quality-of-service pool).
+    static var current: ThreadPool? {
+        guard let raw = spindle_current_pool() else { return nil }
+        if raw == ThreadPool.shared.raw { return .shared }
+        return QoSPools.existing(raw)
+    }
+
+    /// The worker set that runs operations of quality of service `qos`.
+    public static func forQualityOfService(_ qos: QualityOfService) -> ThreadPool {
+        QoSPools.pool(for: qos)
+    }
+}
