@@ -154,8 +154,7 @@ open class Operation: @unchecked Sendable {
         }
         if !cancelled {
             willChangeValue(forKey: "isExecuting")
-            didChangeValue(forKey: "isExecuting")
-            notify(.executing)
+            didChangeValue(forKey: "isExecuting") // observers hear `.executing` from here
             let state = ThreadState.current
             let saved = state.currentOperation
             state.currentOperation = Unmanaged.passUnretained(self)
@@ -276,17 +275,15 @@ open class Operation: @unchecked Sendable {
     // MARK: - Dependencies
 
     /// Makes this operation wait until `op` has finished. Works across queues.
-    /// Traps when `op` is this operation (it would never become ready). In debug builds
-    /// it also traps when the new edge closes a cycle.
+    /// Traps when `op` is this operation, or when the new edge closes a dependency
+    /// cycle: none of the operations in the cycle could ever become ready.
     open func addDependency(_ op: Operation) {
         if op === self {
             fatalError("Operation.addDependency: \(describe()) cannot depend on itself")
         }
-        #if DEBUG
         if op.dependsTransitively(on: self) {
             fatalError("Operation.addDependency: making \(describe()) depend on \(op.describe()) creates a dependency cycle")
         }
-        #endif
         let added = guarded.withLock { g -> Bool in
             if g.dependencies.contains(where: { $0 === op }) { return false }
             g.dependencies.append(op)
@@ -463,19 +460,24 @@ open class Operation: @unchecked Sendable {
         guarded.withLock { $0.extras?.observers = [] }
     }
 
-    #if DEBUG
-    /// Depth-first search through dependencies (debug builds only: it costs O(graph)).
+    /// Whether `target` is among this operation's transitive dependencies.
+    ///
+    /// A new edge `target -> self` can only close a cycle if something already depends
+    /// on `target`; an operation being built (no dependents yet) costs one lock, so
+    /// building a long chain stays O(1) per edge. Otherwise a depth-first search, over
+    /// unfinished operations only (a finished one can no longer wait on anything).
     func dependsTransitively(on target: Operation) -> Bool {
+        if target.guarded.withLock({ $0.dependents.isEmpty }) { return false }
         var stack: [Operation] = [self]
         var seen = Set<ObjectIdentifier>()
         while let op = stack.popLast() {
             if op === target { return true }
             guard seen.insert(ObjectIdentifier(op)).inserted else { continue }
+            if op.finishHandled.load(ordering: .acquiring) { continue }
             stack.append(contentsOf: op.dependencies)
         }
         return false
     }
-    #endif
 }
 
 /// A weak reference to an operation.

@@ -51,7 +51,7 @@ final class ThreadState {
             return
         }
         state.draining = true
-        var batch: [Operation]? = deps
+        var batch: [Operation]? = consume deps // moved: no copy outlives the loop
         while batch != nil {
             batch = nil // releasing here may append more to pendingReleases
             batch = state.pendingReleases.popLast()

@@ -1,0 +1,534 @@
+import CSpindle
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// Records the order things happened in, from any thread.
+final class Log: Sendable {
+    let entries = Mutex<[String]>([])
+    func add(_ s: String) { entries.withLock { $0.append(s) } }
+    var all: [String] { entries.withLock { $0 } }
+}
+
+/// Tracks how many closures run at once.
+final class Concurrency: Sendable {
+    let now = Atomic<Int>(0)
+    let peak = Atomic<Int>(0)
+    func enter() {
+        let n = now.add(1, ordering: .acquiringAndReleasing).newValue
+        var p = peak.load(ordering: .relaxed)
+        while n > p {
+            let (ok, cur) = peak.compareExchange(expected: p, desired: n, ordering: .relaxed)
+            if ok { break }
+            p = cur
+        }
+    }
+    func leave() { now.subtract(1, ordering: .acquiringAndReleasing) }
+}
+
+func currentThreadName() -> String {
+    (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?
+        .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+}
+
+/// The calling thread's nice value, field 19 of /proc/thread-self/stat.
+func currentThreadNice() -> Int {
+    guard let s = try? String(contentsOfFile: "/proc/thread-self/stat", encoding: .utf8),
+          let close = s.lastIndex(of: ")") else { return Int.min }
+    let fields = s[s.index(after: close)...].split(separator: " ")
+    // After the comm field: state is field 3, so nice (field 19) is at index 19 - 3.
+    return Int(fields[16]) ?? Int.min
+}
+
+final class OperationQueueTests: XCTestCase {
+    // MARK: lifecycle
+
+    func testStartOnQueuelessReadyOperationRunsMainOnCallingThread() {
+        let caller = UncheckedBox(Thread.current)
+        let onCaller = Atomic<Bool>(false)
+        let op = BlockOperation { onCaller.store(Thread.current == caller.value, ordering: .relaxed) }
+        XCTAssertTrue(op.isReady)
+        op.start()
+        XCTAssertTrue(onCaller.load(ordering: .relaxed))
+        XCTAssertTrue(op.isFinished)
+        XCTAssertFalse(op.isExecuting)
+    }
+
+    func testStartOnCancelledOperationFinishesWithoutMain() {
+        let ran = Atomic<Bool>(false)
+        let op = BlockOperation { ran.store(true, ordering: .relaxed) }
+        op.cancel()
+        op.start()
+        XCTAssertFalse(ran.load(ordering: .relaxed))
+        XCTAssertTrue(op.isFinished)
+        XCTAssertTrue(op.isCancelled)
+    }
+
+    // MARK: dependencies
+
+    func testDependenciesAcrossQueues() {
+        let q1 = OperationQueue(), q2 = OperationQueue()
+        let log = Log()
+        let a = BlockOperation { usleep(10_000); log.add("a") }
+        let b = BlockOperation { log.add("b") }
+        let c = BlockOperation { log.add("c") }
+        b.addDependency(a)
+        c.addDependency(b)
+        q2.addOperation(c)
+        q1.addOperation(b)
+        q2.addOperation(a)
+        c.waitUntilFinished()
+        XCTAssertEqual(log.all, ["a", "b", "c"])
+    }
+
+    func testCancelledAndFinishedDependenciesSatisfy() {
+        let q = OperationQueue()
+        let finished = BlockOperation {}
+        finished.start()
+        let cancelled = BlockOperation {}
+        cancelled.cancel()
+        let ran = Atomic<Bool>(false)
+        let op = BlockOperation { ran.store(true, ordering: .relaxed) }
+        op.addDependency(finished)
+        op.addDependency(cancelled)
+        q.addOperation(cancelled) // the queue retires it
+        q.addOperation(op)
+        op.waitUntilFinished()
+        XCTAssertTrue(ran.load(ordering: .relaxed))
+        XCTAssertEqual(op.dependencies.count, 2)
+    }
+
+    func testCancellingAWaitingOperationMakesItReadyAtOnce() {
+        let q = OperationQueue()
+        let never = BlockOperation {} // never added anywhere: would block forever
+        let ran = Atomic<Bool>(false)
+        let op = BlockOperation { ran.store(true, ordering: .relaxed) }
+        let completion = Atomic<Int>(0)
+        op.completionBlock = { completion.add(1, ordering: .relaxed) }
+        op.addDependency(never)
+        q.addOperation(op)
+        XCTAssertFalse(op.isReady)
+        op.cancel()
+        XCTAssertTrue(op.isReady)
+        op.waitUntilFinished()
+        XCTAssertFalse(ran.load(ordering: .relaxed))
+        XCTAssertEqual(completion.load(ordering: .relaxed), 1)
+        XCTAssertEqual(q.operationCount, 0)
+    }
+
+    func testRemovingTheLastDependencyStartsTheOperation() {
+        let q = OperationQueue()
+        let never = BlockOperation {}
+        let ran = Atomic<Bool>(false)
+        let op = BlockOperation { ran.store(true, ordering: .relaxed) }
+        op.addDependency(never)
+        q.addOperation(op)
+        usleep(10_000)
+        XCTAssertFalse(ran.load(ordering: .relaxed))
+        op.removeDependency(never)
+        op.waitUntilFinished()
+        XCTAssertTrue(ran.load(ordering: .relaxed))
+        XCTAssertTrue(op.dependencies.isEmpty)
+    }
+
+    func testLongChainAddedInReverseRunsInOrder() {
+        let n = Stress.count(100_000)
+        let q = OperationQueue()
+        let next = Atomic<Int>(0)
+        let outOfOrder = Atomic<Int>(0)
+        var ops: [Operation] = []
+        ops.reserveCapacity(n)
+        for i in 0..<n {
+            let op = BlockOperation {
+                if next.load(ordering: .relaxed) != i { outOfOrder.add(1, ordering: .relaxed) }
+                next.store(i + 1, ordering: .relaxed)
+            }
+            if let prev = ops.last { op.addDependency(prev) }
+            ops.append(op)
+        }
+        for op in ops.reversed() { q.addOperation(op) }
+        ops.last!.waitUntilFinished()
+        XCTAssertEqual(next.load(ordering: .relaxed), n)
+        XCTAssertEqual(outOfOrder.load(ordering: .relaxed), 0)
+    }
+
+    func testReleasingAMillionLongChainDoesNotRecurse() {
+        // A recursive deinit would need ~100+ bytes of stack per link: 10^6 links is far
+        // beyond any thread's stack, so this crashes unless teardown is iterative.
+        let n = Stress.isTSan ? 100_000 : 1_000_000
+        var tail: Operation? = BlockOperation {}
+        for _ in 1..<n {
+            let op = BlockOperation {}
+            op.addDependency(tail!)
+            tail = op
+        }
+        tail = nil
+        XCTAssertNil(tail)
+    }
+
+    func testCustomIsReadyIsHonouredAndReEvaluatedOnNotification() {
+        final class Gated: Spindle.Operation, @unchecked Sendable {
+            let open = Atomic<Bool>(false)
+            let ran = Atomic<Bool>(false)
+            override var isReady: Bool { super.isReady && open.load(ordering: .acquiring) }
+            override func main() { ran.store(true, ordering: .relaxed) }
+            func openGate() {
+                willChangeValue(forKey: "isReady")
+                open.store(true, ordering: .releasing)
+                didChangeValue(forKey: "isReady")
+            }
+        }
+        let q = OperationQueue()
+        let op = Gated()
+        q.addOperation(op)
+        usleep(10_000)
+        XCTAssertFalse(op.ran.load(ordering: .relaxed))
+        op.openGate()
+        op.waitUntilFinished()
+        XCTAssertTrue(op.ran.load(ordering: .relaxed))
+    }
+
+    // MARK: order and width
+
+    func testPriorityThenFIFOOnASerialQueue() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let log = Log()
+        let specs: [(String, Operation.QueuePriority)] = [
+            ("n1", .normal), ("l1", .low), ("h1", .high), ("n2", .normal), ("vh", .veryHigh),
+            ("h2", .high), ("vl", .veryLow), ("l2", .low), ("n3", .normal),
+        ]
+        for (name, p) in specs {
+            let op = BlockOperation { log.add(name) }
+            op.queuePriority = p
+            q.addOperation(op)
+        }
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(log.all, ["vh", "h1", "h2", "n1", "n2", "n3", "l1", "l2", "vl"])
+    }
+
+    func testSerialQueueNeverRunsTwoAtOnceAndKeepsFIFO() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let c = Concurrency()
+        let log = Log()
+        for i in 0..<200 {
+            q.addOperation {
+                c.enter()
+                log.add("\(i)")
+                if i % 50 == 0 { usleep(1000) }
+                c.leave()
+            }
+        }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(c.peak.load(ordering: .relaxed), 1)
+        XCTAssertEqual(log.all, (0..<200).map { "\($0)" })
+    }
+
+    func testWidthCapsConcurrencyAndLoweringItDoesNotStopRunningOps() throws {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 3
+        let c = Concurrency()
+        // A dedicated pool is not needed: waits inside ops help rather than block, and
+        // the sleeps here are short.
+        for _ in 0..<30 { q.addOperation { c.enter(); usleep(2000); c.leave() } }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertLessThanOrEqual(c.peak.load(ordering: .relaxed), 3)
+        XCTAssertEqual(OperationQueue.defaultMaxConcurrentOperationCount, -1)
+
+        let gate = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        let q2 = OperationQueue()
+        q2.maxConcurrentOperationCount = 2
+        let finishedCount = Atomic<Int>(0)
+        for _ in 0..<2 { q2.addOperation { started.signal(); gate.wait(); finishedCount.add(1, ordering: .relaxed) } }
+        started.wait(); started.wait()
+        q2.maxConcurrentOperationCount = 1
+        gate.signal(); gate.signal()
+        q2.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(finishedCount.load(ordering: .relaxed), 2, "lowering the width must not stop running operations")
+    }
+
+    // MARK: suspension and cancellation
+
+    func testSuspendedQueueStartsNothingUntilResumed() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let ran = Atomic<Int>(0)
+        let ops = (0..<10).map { _ in BlockOperation { ran.add(1, ordering: .relaxed) } }
+        for op in ops { q.addOperation(op) }
+        ops[3].cancel()
+        usleep(20_000)
+        XCTAssertEqual(ran.load(ordering: .relaxed), 0)
+        XCTAssertEqual(q.operationCount, 10, "added and cancelled operations stay queued while suspended")
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(ran.load(ordering: .relaxed), 9)
+    }
+
+    func testCancelAllFinishesQueuedOpsWithoutMainAndRunsCompletionBlocks() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let ran = Atomic<Int>(0), completed = Atomic<Int>(0)
+        for _ in 0..<100 {
+            let op = BlockOperation { ran.add(1, ordering: .relaxed) }
+            op.completionBlock = { completed.add(1, ordering: .relaxed) }
+            q.addOperation(op)
+        }
+        q.cancelAllOperations()
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(ran.load(ordering: .relaxed), 0)
+        XCTAssertEqual(completed.load(ordering: .relaxed), 100)
+    }
+
+    func testCompletionBlockRunsOnceAfterFinishThenIsNil() {
+        let q = OperationQueue()
+        let count = Atomic<Int>(0)
+        let sawFinished = Atomic<Bool>(false)
+        let op = BlockOperation {}
+        let ref = UncheckedBox(op)
+        op.completionBlock = {
+            count.add(1, ordering: .relaxed)
+            sawFinished.store(ref.value.isFinished, ordering: .relaxed)
+        }
+        q.addOperation(op)
+        op.waitUntilFinished()
+        XCTAssertEqual(count.load(ordering: .relaxed), 1)
+        XCTAssertTrue(sawFinished.load(ordering: .relaxed))
+        XCTAssertNil(op.completionBlock)
+    }
+
+    // MARK: block operations, barriers, progress
+
+    func testBlockOperationRunsItsBlocksConcurrently() {
+        // Two blocks that can only both return if they run at the same time.
+        let a = DispatchSemaphore(value: 0), b = DispatchSemaphore(value: 0)
+        let met = Atomic<Int>(0)
+        let op = BlockOperation {
+            a.signal()
+            if b.wait(timeout: .now() + 5) == .success { met.add(1, ordering: .relaxed) }
+        }
+        op.addExecutionBlock {
+            b.signal()
+            if a.wait(timeout: .now() + 5) == .success { met.add(1, ordering: .relaxed) }
+        }
+        XCTAssertEqual(op.executionBlocks.count, 2)
+        let q = OperationQueue()
+        q.addOperation(op)
+        op.waitUntilFinished()
+        XCTAssertEqual(met.load(ordering: .relaxed), 2)
+    }
+
+    func testBarrierRunsAfterEarlierOpsAndBeforeLaterOnes() {
+        let q = OperationQueue()
+        let log = Log()
+        for i in 0..<5 { q.addOperation { usleep(UInt32(1000 * (5 - i))); log.add("before") } }
+        q.addBarrierBlock { log.add("barrier") }
+        for _ in 0..<5 { q.addOperation { log.add("after") } }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(log.all, Array(repeating: "before", count: 5) + ["barrier"] + Array(repeating: "after", count: 5))
+    }
+
+    func testProgressCountsFinishedOperations() {
+        let q = OperationQueue()
+        q.progress.totalUnitCount = 10
+        for _ in 0..<10 { q.addOperation {} }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(q.progress.completedUnitCount, 10)
+        XCTAssertEqual(q.progress.fractionCompleted, 1.0, accuracy: 1e-9)
+    }
+
+    // MARK: current, main, underlying queue
+
+    func testCurrentQueueInsideAndOutside() {
+        let q = OperationQueue()
+        let inside = Mutex<OperationQueue?>(nil)
+        q.addOperation { let c = OperationQueue.current; inside.withLock { $0 = c } }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(inside.withLock { $0 } === q)
+        let offMain = Mutex<Bool>(false)
+        Thread.detachNewThread { let c = OperationQueue.current; offMain.withLock { $0 = c == nil } }
+        let deadline = Date().addingTimeInterval(5)
+        while !offMain.withLock({ $0 }) && Date() < deadline { usleep(1000) }
+        XCTAssertTrue(offMain.withLock { $0 }, "OperationQueue.current must be nil outside any operation")
+        if Thread.isMainThread { XCTAssertTrue(OperationQueue.current === OperationQueue.main) }
+    }
+
+    func testMainQueueRunsOnTheMainThreadOneAtATime() {
+        guard Thread.isMainThread else { return }
+        let c = Concurrency()
+        let onMain = Atomic<Int>(0)
+        for _ in 0..<5 {
+            OperationQueue.main.addOperation {
+                c.enter()
+                if Thread.isMainThread { onMain.add(1, ordering: .relaxed) }
+                c.leave()
+            }
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while OperationQueue.main.operationCount > 0 && Date() < deadline {
+            RunLoop.main.run(until: Date().addingTimeInterval(0.01))
+        }
+        XCTAssertEqual(onMain.load(ordering: .relaxed), 5)
+        XCTAssertEqual(c.peak.load(ordering: .relaxed), 1)
+    }
+
+    func testUnderlyingQueueRoutesExecution() {
+        let key = DispatchSpecificKey<String>()
+        let dq = DispatchQueue(label: "spindle.test.underlying")
+        dq.setSpecific(key: key, value: "mine")
+        let q = OperationQueue()
+        q.underlyingQueue = dq
+        let seen = Mutex<String?>(nil)
+        q.addOperation { let v = DispatchQueue.getSpecific(key: key); seen.withLock { $0 = v } }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(seen.withLock { $0 }, "mine")
+    }
+
+    // MARK: QoS and the local fast path
+
+    func testQoSSelectsTheWorkerSet() {
+        let q = OperationQueue()
+        let names = Mutex<[QualityOfService: (String, Int)]>([:])
+        for qos in [QualityOfService.background, .utility, .default] {
+            let op = BlockOperation { let n = (currentThreadName(), currentThreadNice()); names.withLock { $0[qos] = n } }
+            op.qualityOfService = qos
+            q.addOperation(op)
+        }
+        // Queue default applies when the operation sets none.
+        let q2 = OperationQueue()
+        q2.qualityOfService = .background
+        q2.addOperation { let n = (currentThreadName(), currentThreadNice()); names.withLock { $0[.userInteractive] = n } }
+        q.waitUntilAllOperationsAreFinished()
+        q2.waitUntilAllOperationsAreFinished()
+        let r = names.withLock { $0 }
+        XCTAssertTrue(r[.background]!.0.hasPrefix("spindle-bg"), r[.background]!.0)
+        XCTAssertEqual(r[.background]!.1, 10)
+        XCTAssertTrue(r[.utility]!.0.hasPrefix("spindle-ut"))
+        XCTAssertEqual(r[.utility]!.1, 2)
+        XCTAssertTrue(r[.default]!.0.hasPrefix("spindle-w"))
+        XCTAssertTrue(r[.userInteractive]!.0.hasPrefix("spindle-bg"), "queue QoS applies to operations without their own")
+    }
+
+    func testOperationsAddedFromInsideAnOperationStayLocal() {
+        let q = OperationQueue()
+        let pool = ThreadPool.shared
+        // Fewer than one deque holds (256), so no overflow batch goes to the injector.
+        let n = 200
+        let done = Atomic<Int>(0)
+        let before = pool.stats.reduce(0) { $0 + $1.injectorPops }
+        q.addOperation {
+            for _ in 0..<n { q.addOperation { done.add(1, ordering: .relaxed) } }
+        }
+        q.waitUntilAllOperationsAreFinished()
+        let viaInjector = pool.stats.reduce(0) { $0 + $1.injectorPops } - before
+        XCTAssertEqual(done.load(ordering: .relaxed), n)
+        XCTAssertLessThan(viaInjector, UInt64(n / 4), "operations added inside an operation should go to the worker's own deque")
+    }
+
+    // MARK: memory
+
+    func testQueuedBlockOperationCostsAtMost256Bytes() {
+        let n = Stress.isTSan ? 20_000 : 200_000 * min(Stress.scale, 5)
+        let q = OperationQueue()
+        q.isSuspended = true
+        let before = residentBytes()
+        for _ in 0..<n { q.addOperation {} }
+        let perOp = Double(residentBytes() - before) / Double(n)
+        q.cancelAllOperations()
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertLessThanOrEqual(perOp, 256, "a queued BlockOperation costs \(perOp) bytes")
+    }
+
+    // MARK: waits
+
+    func testWaitingInsidePoolWorkDoesNotStarveThePool() {
+        // More waiters than workers, all waiting for an operation added after them: if a
+        // wait blocked its worker, the awaited operation could never run.
+        let q = OperationQueue()
+        let target = BlockOperation {}
+        let waited = Atomic<Int>(0)
+        let waiters = ThreadPool.shared.workerCount * 3
+        for _ in 0..<waiters {
+            q.addOperation { target.waitUntilFinished(); waited.add(1, ordering: .relaxed) }
+        }
+        usleep(10_000)
+        q.addOperation(target)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread { q.waitUntilAllOperationsAreFinished(); done.signal() }
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success, "waits inside operations starved the pool")
+        XCTAssertEqual(waited.load(ordering: .relaxed), waiters)
+    }
+
+    func testAsyncWaitsDoNotBlock() async {
+        let q = OperationQueue()
+        let op = BlockOperation { usleep(5000) }
+        q.addOperation(op)
+        for _ in 0..<10 { q.addOperation { usleep(1000) } }
+        await op.finished()
+        XCTAssertTrue(op.isFinished)
+        await q.allOperationsFinished()
+        XCTAssertEqual(q.operationCount, 0)
+    }
+
+    // MARK: observation
+
+    func testStateAndCountObservation() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let log = Log()
+        let counts = Mutex<[Int]>([])
+        let token = q.onOperationCountChange { c in counts.withLock { $0.append(c) } }
+        let op = BlockOperation {}
+        op.onStateChange { log.add("\($0)") }
+        q.addOperation(op)
+        q.isSuspended = false
+        op.waitUntilFinished()
+        q.waitUntilAllOperationsAreFinished()
+        q.removeOperationCountObserver(token)
+        XCTAssertEqual(log.all, ["executing", "finished"])
+        XCTAssertEqual(counts.withLock { $0 }, [1, 0])
+    }
+
+    // MARK: InvocationOperation
+
+    func testInvocationOperationResults() throws {
+        struct Parse: Error, Equatable {}
+        let q = OperationQueue()
+        let ok = InvocationOperation({ (s: String) in s.count }, argument: "spindle")
+        let void = InvocationOperation({ (_: Int) in }, argument: 1)
+        let failing = InvocationOperation({ (_: Int) throws -> Int in throw Parse() }, argument: 1)
+        let cancelled = InvocationOperation({ (x: Int) in x }, argument: 1)
+        final class Target { func twice(_ x: Int) -> Int { 2 * x } }
+        let method = InvocationOperation(target: Target(), method: Target.twice, object: 21)
+        XCTAssertThrowsError(try ok.result) { XCTAssertEqual($0 as? InvocationOperationError, .notFinished) }
+        cancelled.cancel()
+        q.addOperations([ok, void, failing, cancelled, method], waitUntilFinished: true)
+        XCTAssertEqual(try ok.result(as: Int.self), 7)
+        XCTAssertEqual(try method.result(as: Int.self), 42)
+        XCTAssertThrowsError(try void.result) { XCTAssertEqual($0 as? InvocationOperationError, .voidResult) }
+        XCTAssertThrowsError(try failing.result) { XCTAssertEqual($0 as? Parse, Parse()) }
+        XCTAssertThrowsError(try cancelled.result) { XCTAssertEqual($0 as? InvocationOperationError, .cancelled) }
+    }
+
+    func testQueueNamesAreUniqueByDefault() {
+        let a = OperationQueue(), b = OperationQueue()
+        XCTAssertNotNil(a.name)
+        XCTAssertNotEqual(a.name, b.name)
+    }
+
+    func testThreadPriorityMapsToNearestClassWhenNoQoSIsSet() {
+        let op = BlockOperation {}
+        op.threadPriority = 0.1
+        XCTAssertEqual(op.effectiveQoS(queueDefault: .default), .background)
+        op.threadPriority = 0.9
+        XCTAssertEqual(op.effectiveQoS(queueDefault: .default), .userInteractive)
+        op.qualityOfService = .utility
+        XCTAssertEqual(op.effectiveQoS(queueDefault: .default), .utility, "an explicit QoS wins")
+    }
+}
