@@ -18,7 +18,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
 
     /// Creates an operation that runs `block`.
     public init(block: @escaping @Sendable () -> Void) {
-        blocks.withLock { $0.first = block }
+        blocks.locked { $0.first = block }
     }
 
     /// Adds a block to run concurrently with the others. Traps once the operation has
@@ -27,18 +27,18 @@ open class BlockOperation: Operation, @unchecked Sendable {
         if isExecuting || isFinished {
             fatalError("BlockOperation.addExecutionBlock was called on \(describe()) after it started")
         }
-        blocks.withLock { b in
+        blocks.locked { b in
             if b.first == nil { b.first = block } else { b.more.append(block) }
         }
     }
 
     /// The blocks, in the order they were added.
     open var executionBlocks: [@Sendable () -> Void] {
-        blocks.withLock { b in (b.first.map { [$0] } ?? []) + b.more }
+        blocks.locked { b in (b.first.map { [$0] } ?? []) + b.more }
     }
 
     open override func main() {
-        let all = blocks.withLock { b -> [@Sendable () -> Void] in
+        let all = blocks.locked { b -> [@Sendable () -> Void] in
             guard let first = b.first else { return [] }
             return b.more.isEmpty ? [first] : [first] + b.more
         }

@@ -57,7 +57,7 @@ open class InvocationOperation: Operation, @unchecked Sendable {
         let r: Result<Any, Error>
         do { r = .success(try invoke()) } catch { r = .failure(error) }
         let boxed = UncheckedSendableBox(r)
-        outcome.withLock { $0 = boxed }
+        outcome.locked { $0 = boxed }
     }
 
     /// What the invocation returned. Throws ``InvocationOperationError/cancelled`` if
@@ -67,7 +67,7 @@ open class InvocationOperation: Operation, @unchecked Sendable {
     open var result: Any {
         get throws {
             guard isFinished else { throw InvocationOperationError.notFinished }
-            guard let r = outcome.withLock({ $0 })?.value else {
+            guard let r = outcome.locked({ $0 })?.value else {
                 throw isCancelled ? InvocationOperationError.cancelled : InvocationOperationError.notFinished
             }
             let value = try r.get()

@@ -93,8 +93,12 @@ open class Operation: @unchecked Sendable {
 
     let guarded = Mutex(Guarded())
     let cancelledFlag = Atomic<Bool>(false)
-    /// Set once the finish protocol has run (dependents released, queue told).
+    /// Set when the finish protocol begins (it runs once).
     let finishHandled = Atomic<Bool>(false)
+    /// Set when it has ended: dependents released, completion block run, queue told.
+    /// Waiters are released only then, so a returning `waitUntilFinished` implies all
+    /// of that has happened.
+    let finishCompleted = Atomic<Bool>(false)
     /// Set while the owning queue is calling `start()`, so a manual `start()` of a
     /// queued operation can be told apart and refused.
     let startedByQueue = Atomic<Bool>(false)
@@ -108,7 +112,7 @@ open class Operation: @unchecked Sendable {
 
     deinit {
         // Dependencies are released in a loop, not recursively (see ThreadState).
-        ThreadState.releaseIteratively(guarded.withLock { g in
+        ThreadState.releaseIteratively(guarded.locked { g in
             let d = g.dependencies
             g.dependencies = []
             return d
@@ -132,14 +136,14 @@ open class Operation: @unchecked Sendable {
     /// as a programmer error.
     open func start() {
         let cancelled = isCancelled
-        let queued = !startedByQueue.load(ordering: .acquiring) && guarded.withLock { $0.queue != nil }
+        let queued = !startedByQueue.load(ordering: .acquiring) && guarded.locked { $0.queue != nil }
         if queued {
             fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
         }
         if !cancelled && !isReady {
             fatalError("Operation.start() was called on \(describe()), which is not ready: it has unfinished dependencies")
         }
-        let previous = guarded.withLock { g -> Phase in
+        let previous = guarded.locked { g -> Phase in
             let p = g.phase
             if p == .pending { g.phase = .executing }
             return p
@@ -163,7 +167,7 @@ open class Operation: @unchecked Sendable {
         }
         willChangeValue(forKey: "isFinished")
         willChangeValue(forKey: "isExecuting")
-        guarded.withLock { $0.phase = .finished }
+        guarded.locked { $0.phase = .finished }
         didChangeValue(forKey: "isExecuting")
         didChangeValue(forKey: "isFinished")
         finishProtocol()
@@ -185,10 +189,10 @@ open class Operation: @unchecked Sendable {
     open var isCancelled: Bool { cancelledFlag.load(ordering: .acquiring) }
 
     /// True while ``start()`` is running the operation.
-    open var isExecuting: Bool { guarded.withLock { $0.phase == .executing } }
+    open var isExecuting: Bool { guarded.locked { $0.phase == .executing } }
 
     /// True once the operation has finished.
-    open var isFinished: Bool { guarded.withLock { $0.phase == .finished } }
+    open var isFinished: Bool { guarded.locked { $0.phase == .finished } }
 
     /// False by default: the operation runs synchronously in ``start()``.
     open var isAsynchronous: Bool { false }
@@ -200,7 +204,7 @@ open class Operation: @unchecked Sendable {
     /// Override to add conditions of your own (call `super`), and report changes with
     /// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`.
     open var isReady: Bool {
-        isCancelled || guarded.withLock { $0.unfinished == 0 }
+        isCancelled || guarded.locked { $0.unfinished == 0 }
     }
 
     // MARK: - Notifications (the part of KVO operations depend on)
@@ -229,22 +233,22 @@ open class Operation: @unchecked Sendable {
 
     /// A name for debugging and logging.
     open var name: String? {
-        get { guarded.withLock { $0.extras?.name } }
+        get { guarded.locked { $0.extras?.name } }
         set { withExtras { $0.name = newValue } }
     }
 
     /// Priority relative to the other ready operations of the same queue.
     open var queuePriority: QueuePriority {
-        get { guarded.withLock { $0.queuePriority } }
-        set { guarded.withLock { $0.queuePriority = newValue } }
+        get { guarded.locked { $0.queuePriority } }
+        set { guarded.locked { $0.queuePriority = newValue } }
     }
 
     /// The quality of service the operation runs at. When left at `.default`, the
     /// queue's quality of service applies, or the one implied by ``threadPriority``.
     open var qualityOfService: QualityOfService {
-        get { guarded.withLock { $0.qualityOfService } }
+        get { guarded.locked { $0.qualityOfService } }
         set {
-            guarded.withLock {
+            guarded.locked {
                 $0.qualityOfService = newValue
                 $0.qosExplicit = true
             }
@@ -257,7 +261,7 @@ open class Operation: @unchecked Sendable {
     /// below 0.2 `.background`, below 0.4 `.utility`, below 0.6 `.default`, below 0.8
     /// `.userInitiated`, otherwise `.userInteractive`.
     open var threadPriority: Double {
-        get { guarded.withLock { $0.extras?.threadPriority ?? 0.5 } }
+        get { guarded.locked { $0.extras?.threadPriority ?? 0.5 } }
         set { withExtras { $0.threadPriority = min(max(newValue, 0), 1) } }
     }
 
@@ -265,12 +269,12 @@ open class Operation: @unchecked Sendable {
     /// and is then set to nil. It runs on the thread that finished the operation,
     /// before waiters on the operation or its queue are released.
     open var completionBlock: (@Sendable () -> Void)? {
-        get { guarded.withLock { $0.completionBlock } }
-        set { guarded.withLock { $0.completionBlock = newValue } }
+        get { guarded.locked { $0.completionBlock } }
+        set { guarded.locked { $0.completionBlock = newValue } }
     }
 
     /// The operations this one waits for.
-    open var dependencies: [Operation] { guarded.withLock { $0.dependencies } }
+    open var dependencies: [Operation] { guarded.locked { $0.dependencies } }
 
     // MARK: - Dependencies
 
@@ -284,7 +288,7 @@ open class Operation: @unchecked Sendable {
         if op.dependsTransitively(on: self) {
             fatalError("Operation.addDependency: making \(describe()) depend on \(op.describe()) creates a dependency cycle")
         }
-        let added = guarded.withLock { g -> Bool in
+        let added = guarded.locked { g -> Bool in
             if g.dependencies.contains(where: { $0 === op }) { return false }
             g.dependencies.append(op)
             return true
@@ -294,9 +298,9 @@ open class Operation: @unchecked Sendable {
         // could finish between the two steps and decrement before we increment, and
         // nobody would then notice that we became ready.
         willChangeValue(forKey: "isReady")
-        guarded.withLock { $0.unfinished += 1 }
+        guarded.locked { $0.unfinished += 1 }
         didChangeValue(forKey: "isReady")
-        let registered = op.guarded.withLock { g -> Bool in
+        let registered = op.guarded.locked { g -> Bool in
             if op.finishHandled.load(ordering: .acquiring) { return false }
             g.dependents.append(WeakOperation(self))
             return true
@@ -308,13 +312,13 @@ open class Operation: @unchecked Sendable {
     /// Stops waiting for `op`. If that was the last unfinished dependency of a queued
     /// operation, the queue starts it.
     open func removeDependency(_ op: Operation) {
-        let removed = guarded.withLock { g -> Bool in
+        let removed = guarded.locked { g -> Bool in
             guard let i = g.dependencies.firstIndex(where: { $0 === op }) else { return false }
             g.dependencies.remove(at: i)
             return true
         }
         guard removed else { return }
-        let wasPending = op.guarded.withLock { g -> Bool in
+        let wasPending = op.guarded.locked { g -> Bool in
             guard let i = g.dependents.firstIndex(where: { $0.op === self }) else { return false }
             g.dependents.remove(at: i)
             return true
@@ -330,15 +334,15 @@ open class Operation: @unchecked Sendable {
     /// work while it waits, so waiting inside operations cannot starve the pool. Traps
     /// when called from inside this same operation, which would wait forever.
     open func waitUntilFinished() {
-        if finishHandled.load(ordering: .acquiring) { return }
+        if finishCompleted.load(ordering: .acquiring) { return }
         if let current = ThreadState.current.currentOperation, current.toOpaque() == Unmanaged.passUnretained(self).toOpaque() {
             fatalError("Operation.waitUntilFinished() was called from inside \(describe()) itself: it would wait forever")
         }
         var latch = spindle_latch()
         spindle_latch_init(&latch)
         withUnsafeMutablePointer(to: &latch) { l in
-            let registered = guarded.withLock { g -> Bool in
-                if finishHandled.load(ordering: .acquiring) { return false }
+            let registered = guarded.locked { g -> Bool in
+                if finishCompleted.load(ordering: .acquiring) { return false }
                 g.waiters.append(Waiter(latch: l))
                 return true
             }
@@ -349,10 +353,10 @@ open class Operation: @unchecked Sendable {
     /// Suspends the calling task until the operation has finished, without blocking a
     /// thread (Spindle's addition; `waitUntilFinished()` blocks).
     public func finished() async {
-        if finishHandled.load(ordering: .acquiring) { return }
+        if finishCompleted.load(ordering: .acquiring) { return }
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let registered = guarded.withLock { g -> Bool in
-                if finishHandled.load(ordering: .acquiring) { return false }
+            let registered = guarded.locked { g -> Bool in
+                if finishCompleted.load(ordering: .acquiring) { return false }
                 g.waiters.append(Waiter(continuation: c))
                 return true
             }
@@ -378,23 +382,23 @@ open class Operation: @unchecked Sendable {
     }
 
     func withExtras(_ body: (Extras) -> Void) {
-        let e = guarded.withLock { g -> Extras in
+        let e = guarded.locked { g -> Extras in
             if let e = g.extras { return e }
             let e = Extras()
             g.extras = e
             return e
         }
-        guarded.withLock { _ in body(e) }
+        guarded.locked { _ in body(e) }
     }
 
     func notify(_ change: StateChange) {
-        let observers = guarded.withLock { $0.extras?.observers ?? [] }
+        let observers = guarded.locked { $0.extras?.observers ?? [] }
         for o in observers { o(change) }
     }
 
     /// The effective class this operation runs at, given its queue's.
     func effectiveQoS(queueDefault: QualityOfService) -> QualityOfService {
-        let (qos, explicit, tp) = guarded.withLock { ($0.qualityOfService, $0.qosExplicit, $0.extras?.threadPriority) }
+        let (qos, explicit, tp) = guarded.locked { ($0.qualityOfService, $0.qosExplicit, $0.extras?.threadPriority) }
         if explicit && qos != .default { return qos }
         if let tp, tp != 0.5 {
             switch tp {
@@ -410,7 +414,7 @@ open class Operation: @unchecked Sendable {
 
     /// One of our dependencies finished (or was removed).
     func dependencyFinished() {
-        let nowReady = guarded.withLock { g -> Bool in
+        let nowReady = guarded.locked { g -> Bool in
             g.unfinished -= 1
             return g.unfinished == 0
         }
@@ -424,11 +428,11 @@ open class Operation: @unchecked Sendable {
     /// Tells the queue, exactly once, that this operation may start — if it is in a
     /// queue and its (possibly overridden) `isReady` says so.
     func evaluateReadiness() {
-        let candidate = guarded.withLock { $0.queue != nil && !$0.readySignalled }
+        let candidate = guarded.locked { $0.queue != nil && !$0.readySignalled }
         guard candidate else { return }
         // The dynamic `isReady` is read outside our lock: overrides call `super`.
         guard isCancelled || isReady else { return }
-        let queue = guarded.withLock { g -> OperationQueue? in
+        let queue = guarded.locked { g -> OperationQueue? in
             guard let q = g.queue, !g.readySignalled else { return nil }
             g.readySignalled = true
             return q
@@ -440,24 +444,31 @@ open class Operation: @unchecked Sendable {
     /// dependents, runs the completion block, tells the queue, wakes waiters.
     func finishProtocol() {
         guard finishHandled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-        let (dependents, completion, waiters, queue) = guarded.withLock { g in
+        let (dependents, completion, queue) = guarded.locked { g in
             if g.phase != .finished { g.phase = .finished }
             let d = g.dependents
             g.dependents = []
             let c = g.completionBlock
             g.completionBlock = nil
-            let w = g.waiters
-            g.waiters = []
             let q = g.queue
             g.queue = nil
-            return (d, c, w, q)
+            return (d, c, q)
         }
         for d in dependents { d.op?.dependencyFinished() }
         notify(.finished)
         completion?()
         queue?.operationFinished(self)
+        // Last: release the waiters. Taken under the lock together with setting the
+        // flag, so a waiter either registered before (and is signalled here) or sees
+        // the flag and does not wait.
+        let waiters = guarded.locked { g -> [Waiter] in
+            finishCompleted.store(true, ordering: .releasing)
+            let w = g.waiters
+            g.waiters = []
+            g.extras?.observers = []
+            return w
+        }
         for w in waiters { w.signal() }
-        guarded.withLock { $0.extras?.observers = [] }
     }
 
     /// Whether `target` is among this operation's transitive dependencies.
@@ -467,7 +478,7 @@ open class Operation: @unchecked Sendable {
     /// building a long chain stays O(1) per edge. Otherwise a depth-first search, over
     /// unfinished operations only (a finished one can no longer wait on anything).
     func dependsTransitively(on target: Operation) -> Bool {
-        if target.guarded.withLock({ $0.dependents.isEmpty }) { return false }
+        if target.guarded.locked({ $0.dependents.isEmpty }) { return false }
         var stack: [Operation] = [self]
         var seen = Set<ObjectIdentifier>()
         while let op = stack.popLast() {

@@ -142,7 +142,7 @@ open class OperationQueue: @unchecked Sendable {
     /// finished, and operations added after it start only once it has finished.
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
         let op = BlockOperation(block: barrier)
-        let before = state.withLock { s -> [Operation] in
+        let before = state.locked { s -> [Operation] in
             let b = s.all.compactMap { $0 }
             s.lastBarrier = op
             return b
@@ -153,7 +153,7 @@ open class OperationQueue: @unchecked Sendable {
 
     func enqueue(_ op: Operation, isBarrier: Bool = false) {
         // Claim the operation for this queue, or trap on misuse, leaving it untouched.
-        let problem = op.guarded.withLock { g -> String? in
+        let problem = op.guarded.locked { g -> String? in
             if g.queue != nil { return "is already in an operation queue" }
             if op.finishHandled.load(ordering: .acquiring) || g.phase == .finished { return "has already finished" }
             if g.phase == .executing { return "is executing" }
@@ -163,7 +163,7 @@ open class OperationQueue: @unchecked Sendable {
         if let problem {
             fatalError("OperationQueue.addOperation: \(op.describe()) \(problem); an operation can be added to one queue, once, before it starts")
         }
-        let barrier = state.withLock { s -> Operation? in
+        let barrier = state.locked { s -> Operation? in
             op.queueSlot = s.all.count
             s.all.append(op)
             s.count += 1
@@ -178,7 +178,7 @@ open class OperationQueue: @unchecked Sendable {
 
     func operationBecameReady(_ op: Operation) {
         let level = op.queuePriority.level
-        let start = state.withLock { s -> [Operation] in
+        let start = state.locked { s -> [Operation] in
             s.push(op, level: level)
             return s.takeStartable()
         }
@@ -186,7 +186,7 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     func operationFinished(_ op: Operation) {
-        let (start, waiters, count, observers) = state.withLock { s -> ([Operation], [Waiter], Int, [@Sendable (Int) -> Void]) in
+        let (start, waiters, count, observers) = state.locked { s -> ([Operation], [Waiter], Int, [@Sendable (Int) -> Void]) in
             if op.queueStarted { s.running -= 1 } else { op.queueRetired = true }
             if op.queueSlot >= 0 && op.queueSlot < s.all.count && s.all[op.queueSlot] === op {
                 s.all[op.queueSlot] = nil
@@ -222,7 +222,7 @@ open class OperationQueue: @unchecked Sendable {
 
     private func dispatch(_ ops: [Operation]) {
         guard !ops.isEmpty else { return }
-        let (underlying, queueQoS) = state.withLock { ($0.underlyingQueue, $0.qualityOfService) }
+        let (underlying, queueQoS) = state.locked { ($0.underlyingQueue, $0.qualityOfService) }
         for op in ops {
             if let underlying {
                 let run = UncheckedSendableBox((self, op))
@@ -261,7 +261,7 @@ open class OperationQueue: @unchecked Sendable {
         var latch = spindle_latch()
         spindle_latch_init(&latch)
         withUnsafeMutablePointer(to: &latch) { l in
-            let registered = state.withLock { s -> Bool in
+            let registered = state.locked { s -> Bool in
                 if s.count == 0 { return false }
                 s.waiters.append(Waiter(latch: l))
                 return true
@@ -274,7 +274,7 @@ open class OperationQueue: @unchecked Sendable {
     /// blocking a thread (Spindle's addition).
     public func allOperationsFinished() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let registered = state.withLock { s -> Bool in
+            let registered = state.locked { s -> Bool in
                 if s.count == 0 { return false }
                 s.waiters.append(Waiter(continuation: c))
                 return true
@@ -284,20 +284,20 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     /// The operations in the queue that have not finished, in the order they were added.
-    open var operations: [Operation] { state.withLock { $0.all.compactMap { $0 } } }
+    open var operations: [Operation] { state.locked { $0.all.compactMap { $0 } } }
 
     /// How many operations are in the queue and not finished.
-    open var operationCount: Int { state.withLock { $0.count } }
+    open var operationCount: Int { state.locked { $0.count } }
 
     /// How many operations may run at once; ``defaultMaxConcurrentOperationCount``
     /// (-1) means as many as the pool runs. 1 makes the queue serial. Lowering it does
     /// not stop running operations. Values below -1 trap, as 0 would stall the queue
     /// only on purpose: use ``isSuspended`` for that.
     open var maxConcurrentOperationCount: Int {
-        get { state.withLock { $0.maxConcurrent } }
+        get { state.locked { $0.maxConcurrent } }
         set {
             precondition(newValue >= -1, "OperationQueue.maxConcurrentOperationCount must be -1 (the default) or >= 0, got \(newValue)")
-            let start = state.withLock { s -> [Operation] in
+            let start = state.locked { s -> [Operation] in
                 s.maxConcurrent = newValue
                 return s.takeStartable()
             }
@@ -308,9 +308,9 @@ open class OperationQueue: @unchecked Sendable {
     /// While true, the queue starts no operation; running ones continue, and added or
     /// cancelled ones wait. Setting it back to false starts what is ready.
     open var isSuspended: Bool {
-        get { state.withLock { $0.suspended } }
+        get { state.locked { $0.suspended } }
         set {
-            let start = state.withLock { s -> [Operation] in
+            let start = state.locked { s -> [Operation] in
                 s.suspended = newValue
                 return s.takeStartable()
             }
@@ -320,22 +320,22 @@ open class OperationQueue: @unchecked Sendable {
 
     /// The queue's name; unique by default.
     open var name: String? {
-        get { state.withLock { $0.name } }
-        set { state.withLock { $0.name = newValue ?? "" } }
+        get { state.locked { $0.name } }
+        set { state.locked { $0.name = newValue ?? "" } }
     }
 
     /// The quality of service for operations that do not set their own.
     open var qualityOfService: QualityOfService {
-        get { state.withLock { $0.qualityOfService } }
-        set { state.withLock { $0.qualityOfService = newValue } }
+        get { state.locked { $0.qualityOfService } }
+        set { state.locked { $0.qualityOfService = newValue } }
     }
 
     /// When set, operations run on this dispatch queue instead of Spindle's pool.
     /// Changing it while the queue holds operations traps (Foundation forbids it too).
     open var underlyingQueue: DispatchQueue? {
-        get { state.withLock { $0.underlyingQueue } }
+        get { state.locked { $0.underlyingQueue } }
         set {
-            let ok = state.withLock { s -> Bool in
+            let ok = state.locked { s -> Bool in
                 guard s.count == 0 else { return false }
                 s.underlyingQueue = newValue
                 return true
@@ -347,7 +347,7 @@ open class OperationQueue: @unchecked Sendable {
     /// Progress of the queue. Once `totalUnitCount` is set, every operation that
     /// finishes adds one completed unit.
     open var progress: Progress {
-        state.withLock { s in
+        state.locked { s in
             if let p = s.progress { return p }
             let p = Progress(totalUnitCount: 0)
             s.progress = p
@@ -360,7 +360,7 @@ open class OperationQueue: @unchecked Sendable {
     /// Returns a token; pass it to ``removeOperationCountObserver(_:)`` to stop.
     @discardableResult
     public func onOperationCountChange(_ handler: @escaping @Sendable (Int) -> Void) -> Int {
-        state.withLock { s in
+        state.locked { s in
             s.nextObserverID += 1
             s.countObservers.append((s.nextObserverID, handler))
             return s.nextObserverID
@@ -369,11 +369,11 @@ open class OperationQueue: @unchecked Sendable {
 
     /// Stops the observer registered under `token`.
     public func removeOperationCountObserver(_ token: Int) {
-        state.withLock { s in s.countObservers.removeAll { $0.id == token } }
+        state.locked { s in s.countObservers.removeAll { $0.id == token } }
     }
 
     private func notifyCountChange() {
-        let (count, observers) = state.withLock { s in (s.count, s.countObservers.map(\.handler)) }
+        let (count, observers) = state.locked { s in (s.count, s.countObservers.map(\.handler)) }
         for o in observers { o(count) }
     }
 }

@@ -44,13 +44,13 @@ enum QoSPools {
 
     /// The already-created class pool whose engine is `raw`, if any (creates nothing).
     static func existing(_ raw: OpaquePointer) -> ThreadPool? {
-        pools.withLock { p in p.values.first { $0.raw == raw } }
+        pools.locked { p in p.values.first { $0.raw == raw } }
     }
 
     static func pool(for qos: QualityOfService) -> ThreadPool {
         let key = Int(nice(for: qos))
         if key == 0 { return ThreadPool.shared }
-        return pools.withLock { p in
+        return pools.locked { p in
             if let existing = p[key] { return existing }
             var c = ThreadPool.Configuration()
             c.nice = nice(for: qos)

@@ -120,10 +120,9 @@ final class SeedExampleTests: XCTestCase {
     func testConcurrentOperationTemplateInAQueueReleasesItsDependents() {
         let q = OperationQueue()
         let first = MyOperation { usleep(20_000) }
-        let firstDone = Atomic<Bool>(false)
         let sawFirstDone = Atomic<Bool>(false)
-        let second = BlockOperation { sawFirstDone.store(firstDone.load(ordering: .acquiring), ordering: .relaxed) }
-        first.completionBlock = { firstDone.store(true, ordering: .releasing) }
+        let firstRef = UncheckedBox(first)
+        let second = BlockOperation { sawFirstDone.store(firstRef.value.isFinished, ordering: .relaxed) }
         second.addDependency(first)
         q.addOperations([second, first], waitUntilFinished: true)
         XCTAssertTrue(first.ranMain.load(ordering: .acquiring))

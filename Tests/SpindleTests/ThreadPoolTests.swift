@@ -1,6 +1,6 @@
 import CSpindle
 import Foundation
-import Spindle
+@testable import Spindle
 import Synchronization
 import XCTest
 
@@ -54,12 +54,12 @@ final class ThreadPoolTests: XCTestCase {
                 let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?
                     .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
 
-                names.withLock { _ = $0.insert(name) }
+                names.locked { _ = $0.insert(name) }
                 done.signal()
             }
         }
         done.wait(); done.wait()
-        for n in names.withLock({ $0 }) { XCTAssertTrue(n.hasPrefix("spindle-w"), n) }
+        for n in names.locked({ $0 }) { XCTAssertTrue(n.hasPrefix("spindle-w"), n) }
     }
 
     func testMillionTasksFromOutsideRunExactlyOnce() throws {

@@ -230,6 +230,13 @@ void spindle_latch_set(spindle_latch *latch);
 bool spindle_latch_is_set(const spindle_latch *latch);
 void spindle_latch_wait(spindle_latch *latch);
 
+/** ThreadSanitizer annotations for locks TSan cannot see (Swift's Synchronization.Mutex
+ *  is implemented in a library built without TSan): `acquire` after taking such a lock,
+ *  `release` before dropping it, with the same address. No-ops unless the process runs
+ *  under TSan. */
+void spindle_tsan_acquire(void *addr);
+void spindle_tsan_release(void *addr);
+
 /** One pointer of per-thread storage for the language binding (Spindle's Swift layer
  *  keeps the running operation there). A plain C11 _Thread_local: no allocation, no
  *  destructor. */

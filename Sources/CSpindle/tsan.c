@@ -1,0 +1,22 @@
+/*
+ * tsan.c — ThreadSanitizer annotations for synchronisation TSan cannot observe.
+ *
+ * Swift's Synchronization.Mutex takes its futex lock inside libswiftSynchronization,
+ * which is not built with TSan, so TSan sees the accesses a Mutex protects but not the
+ * lock, and reports races that cannot happen. The Swift layer brackets each critical
+ * section with these calls (see Locking.swift). The TSan runtime's entry points are
+ * declared weak: without TSan they resolve to NULL and each call is one test.
+ */
+#include "spindle.h"
+
+/* Weak: resolved to the TSan runtime's functions when it is linked in, NULL otherwise. */
+extern void __tsan_acquire(void *addr) __attribute__((weak));
+extern void __tsan_release(void *addr) __attribute__((weak));
+
+void spindle_tsan_acquire(void *addr) {
+    if (__tsan_acquire) __tsan_acquire(addr);
+}
+
+void spindle_tsan_release(void *addr) {
+    if (__tsan_release) __tsan_release(addr);
+}

@@ -1,0 +1,115 @@
+import Foundation
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// Misuse that Foundation treats as a programmer error must trap, with a message that
+/// names the misuse. A trap ends the process, so each case runs in a child process:
+/// this same test binary, asked (through SPINDLE_MISUSE) to run `MisuseProbe` only.
+final class MisuseTests: XCTestCase {
+    func expectTrap(_ name: String, message: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        p.arguments = ["SpindleTests.MisuseProbe/testProbe"]
+        var env = ProcessInfo.processInfo.environment
+        env["SPINDLE_MISUSE"] = name
+        env["SWIFT_BACKTRACE"] = "enable=no"
+        p.environment = env
+        let err = Pipe()
+        p.standardError = err
+        p.standardOutput = err
+        try p.run()
+        let data = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        let out = String(decoding: data, as: UTF8.self)
+        XCTAssertNotEqual(p.terminationStatus, 0, "\(name): the misuse did not trap", file: file, line: line)
+        XCTAssertTrue(out.contains(message), "\(name): trap message should contain '\(message)'; got:\n\(out.suffix(600))", file: file, line: line)
+        XCTAssertFalse(out.contains("PROBE-SURVIVED"), "\(name): the probe went on after the misuse", file: file, line: line)
+    }
+
+    func testStartWhenNotReady() throws { try expectTrap("start-not-ready", message: "which is not ready") }
+    func testStartWhenFinished() throws { try expectTrap("start-finished", message: "has already finished") }
+    func testStartWhileExecuting() throws { try expectTrap("start-executing", message: "is already executing") }
+    func testStartOfAQueuedOperation() throws { try expectTrap("start-queued", message: "belongs to an OperationQueue") }
+    func testAddingTwice() throws { try expectTrap("add-twice", message: "is already in an operation queue") }
+    func testAddingToAnotherQueue() throws { try expectTrap("add-other-queue", message: "is already in an operation queue") }
+    func testAddingAFinishedOperation() throws { try expectTrap("add-finished", message: "has already finished") }
+    func testAddingAnExecutingOperation() throws { try expectTrap("add-executing", message: "is executing") }
+    func testExecutionBlockAfterStart() throws { try expectTrap("block-after-start", message: "addExecutionBlock was called") }
+    func testDependencyOnItself() throws { try expectTrap("depend-self", message: "cannot depend on itself") }
+    func testDependencyCycle() throws { try expectTrap("depend-cycle", message: "creates a dependency cycle") }
+    func testWaitingOnItself() throws { try expectTrap("wait-self", message: "from inside") }
+}
+
+/// The child side of ``MisuseTests``: does nothing unless SPINDLE_MISUSE is set.
+final class MisuseProbe: XCTestCase {
+    func testProbe() throws {
+        guard let which = ProcessInfo.processInfo.environment["SPINDLE_MISUSE"] else {
+            throw XCTSkip("runs only as MisuseTests' child process")
+        }
+        let q = OperationQueue()
+        switch which {
+        case "start-not-ready":
+            let op = BlockOperation {}
+            op.addDependency(BlockOperation {})
+            op.start()
+        case "start-finished":
+            let op = BlockOperation {}
+            op.start()
+            op.start()
+        case "start-executing":
+            let box = Mutex<Operation?>(nil)
+            let op = BlockOperation { box.locked { $0 }!.start() }
+            box.locked { $0 = op }
+            op.start()
+        case "start-queued":
+            q.isSuspended = true
+            let op = BlockOperation {}
+            q.addOperation(op)
+            op.start()
+        case "add-twice":
+            q.isSuspended = true
+            let op = BlockOperation {}
+            q.addOperation(op)
+            q.addOperation(op)
+        case "add-other-queue":
+            q.isSuspended = true
+            let op = BlockOperation {}
+            q.addOperation(op)
+            OperationQueue().addOperation(op)
+        case "add-finished":
+            let op = BlockOperation {}
+            op.start()
+            q.addOperation(op)
+        case "add-executing":
+            // A manually started operation adds itself to a queue while it runs.
+            let box = Mutex<Operation?>(nil)
+            let op = BlockOperation { q.addOperation(box.locked { $0 }!) }
+            box.locked { $0 = op }
+            op.start()
+        case "block-after-start":
+            let box = Mutex<BlockOperation?>(nil)
+            let op = BlockOperation { box.locked { $0 }!.addExecutionBlock {} }
+            box.locked { $0 = op }
+            op.start()
+        case "depend-self":
+            let op = BlockOperation {}
+            op.addDependency(op)
+        case "depend-cycle":
+            let a = BlockOperation {}, b = BlockOperation {}, c = BlockOperation {}
+            b.addDependency(a)
+            c.addDependency(b)
+            a.addDependency(c)
+        case "wait-self":
+            let box = Mutex<Operation?>(nil)
+            let op = BlockOperation { box.locked { $0 }!.waitUntilFinished() }
+            box.locked { $0 = op }
+            q.addOperation(op)
+            op.waitUntilFinished()
+        default:
+            XCTFail("unknown probe \(which)")
+        }
+        print("PROBE-SURVIVED")
+    }
+}
