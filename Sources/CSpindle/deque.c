@@ -77,23 +77,27 @@ void spindle_deque_free(spindle_deque *d, void (*dealloc)(void *, size_t, void *
 static uint32_t deque_overflow(spindle_deque *d, int64_t t, int64_t b, spindle_injector *q) {
     int64_t half = (b - t) / 2;
     if (half <= 0) return 0;
-    /* Read the slots before the CAS, as a thief does: only the owner (us) writes slots,
-     * so they cannot change under us (I4); the CAS below tells us whether a thief took
-     * any of them in the meantime. Relaxed: we are the writer of these slots. */
+    /* Claim first, read after. A thief must read its slot before its CAS because the
+     * owner may overwrite the slot once `top` has moved; but the owner is the only
+     * writer of slots and is busy here, so after a successful CAS the claimed slots
+     * cannot change. Reading (and above all *linking*) before the CAS would be wrong:
+     * if the CAS then lost to a thief, we would have written the link field of a task
+     * that thief now owns — and may already have run and freed.
+     * seq_cst like the thieves' CAS (Lê steal line 10): it takes its place in the single
+     * total order with the thieves' CASes and the owner's take fence, which is what
+     * makes "exactly one winner per index" (I3) hold for the claimed range. */
+    if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + half, memory_order_seq_cst,
+                                                 memory_order_relaxed))
+        return 0;
+    /* Relaxed: we wrote these slots ourselves. */
     spindle_task *first = atomic_load_explicit(&d->buf[t & d->mask], memory_order_relaxed);
     spindle_task *prev = first;
     for (int64_t i = t + 1; i < t + half; i++) {
         spindle_task *cur = atomic_load_explicit(&d->buf[i & d->mask], memory_order_relaxed);
-        /* The chain is private until the injector push publishes it (release there). */
+        /* The chain is ours alone until the injector push publishes it (release there). */
         atomic_store_explicit(spindle_task_link(prev), cur, memory_order_relaxed);
         prev = cur;
     }
-    /* seq_cst like the thieves' CAS (Lê steal line 10): it takes its place in the single
-     * total order with the thieves' CASes and the owner's take fence, which is what makes
-     * "exactly one winner per index" (I3) hold for the claimed range. */
-    if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + half, memory_order_seq_cst,
-                                                 memory_order_relaxed))
-        return 0;
     spindle_injector_push_chain(q, first, prev, half);
     return (uint32_t)half;
 }

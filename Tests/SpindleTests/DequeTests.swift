@@ -9,8 +9,12 @@ final class DequeTests: XCTestCase {
         let tasks: UnsafeMutablePointer<spindle_task>
         let seen: UnsafeMutablePointer<Atomic<Int>>
         let count: Int
+        /// Written only by the thread that stole item i.
+        let stolen: UnsafeMutableBufferPointer<Bool>
         init(_ n: Int) {
             count = n
+            stolen = .allocate(capacity: n)
+            stolen.initialize(repeating: false)
             tasks = .allocate(capacity: n)
             tasks.initialize(repeating: spindle_task(), count: n)
             seen = .allocate(capacity: n)
@@ -20,6 +24,7 @@ final class DequeTests: XCTestCase {
             tasks.deallocate()
             seen.deinitialize(count: count)
             seen.deallocate()
+            stolen.deallocate()
         }
         func index(_ t: UnsafeMutablePointer<spindle_task>) -> Int { tasks.distance(to: t) }
         func mark(_ t: UnsafeMutablePointer<spindle_task>) {
@@ -116,7 +121,11 @@ final class DequeTests: XCTestCase {
                 while true {
                     let r = spindle_test_deque_steal(d, &out)
                     if r == 1 {
+                        // The task is ours now: clear its link. Nobody else may write
+                        // it any more; the end of the test checks that nobody did.
+                        out!.pointee.spindle_private.0 = nil
                         items.mark(out!)
+                        items.stolen[items.index(out!)] = true
                         taken.add(1, ordering: .relaxed)
                         continue
                     }
@@ -136,6 +145,8 @@ final class DequeTests: XCTestCase {
             }
         }
         let (missing, dup) = items.counts()
+        let scribbled = (0..<n).filter { items.stolen[$0] && items.tasks[$0].spindle_private.0 != nil }.count
+        XCTAssertEqual(scribbled, 0, "\(scribbled) stolen tasks were written to after the thief owned them")
         XCTAssertEqual(missing, 0, "\(missing) items lost (thieves \(thieves), capacity \(capacity))")
         XCTAssertEqual(dup, 0, "\(dup) items delivered twice (thieves \(thieves), capacity \(capacity))")
     }
