@@ -12,6 +12,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
     ],
     targets: [
         // The engine. C11; `_GNU_SOURCE` for sched_getaffinity, pthread_setname_np and
@@ -31,6 +32,7 @@ let package = Package(
             dependencies: [
                 "Spindle",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
             path: "Benchmarks/bench"
         ),

@@ -15,7 +15,8 @@ struct Bench: ParsableCommand {
 
     enum Format: String, ExpressibleByArgument, CaseIterable { case table, json, markdown }
 
-    static let allCases = ["submit", "fork-join", "parallel-for"]
+    static let allCases = ["submit", "fork-join", "parallel-for", "operation-throughput", "serial-queue",
+                           "dependency-chain", "latency", "qos-under-load", "idle-cpu"]
 
     @Flag(help: "Small sizes and few repetitions: the whole suite in under a minute.")
     var quick = false
@@ -40,6 +41,9 @@ struct Bench: ParsableCommand {
 
     @Option(help: "Write the report to this file instead of standard output.")
     var output: String?
+
+    @Option(help: "Also write a bar chart of the ratios to this SVG file.")
+    var plot: String?
 
     func validate() throws {
         if let t = tasks, t < 1 { throw ValidationError("--tasks must be at least 1") }
@@ -69,6 +73,20 @@ struct Bench: ParsableCommand {
                 results.append(try forkJoinCase(pool: pool, n: n, cutoff: forkCutoff, reps: reps))
             case "parallel-for":
                 results.append(try parallelForCase(pool: pool, tasks: tasks ?? (quick ? 1_000_000 : 4_000_000), reps: reps))
+            case "operation-throughput":
+                results.append(try operationThroughputCase(name: c, tasks: tasks ?? (quick ? 20_000 : 100_000), reps: reps, width: nil))
+            case "serial-queue":
+                results.append(try operationThroughputCase(name: c, tasks: tasks ?? (quick ? 10_000 : 50_000), reps: reps, width: 1))
+            case "dependency-chain":
+                results.append(try dependencyChainCase(spindleTasks: tasks ?? (quick ? 100_000 : 1_000_000),
+                                                       foundationTasks: quick ? 1_000 : 5_000, reps: min(reps, quick ? 3 : 5)))
+            case "latency":
+                results.append(try latencyCase(pool: pool, samples: tasks ?? (quick ? 300 : 2_000), reps: min(reps, quick ? 3 : 5)))
+            case "qos-under-load":
+                results.append(try qosUnderLoadCase(samples: tasks ?? (quick ? 100 : 500), reps: min(reps, quick ? 3 : 5), cpus: pool.workerCount))
+            case "idle-cpu":
+                let pools = [pool, ThreadPool.shared] + [QualityOfService.background, .userInteractive].map(ThreadPool.forQualityOfService)
+                results.append(try idleCPUCase(pools: pools, seconds: quick ? 0.5 : 1.0, reps: 3))
             default:
                 break
             }
@@ -78,6 +96,10 @@ struct Bench: ParsableCommand {
         case .table: text = renderTable(machine: machine, results: results)
         case .json: text = renderJSON(machine: machine, results: results) + "\n"
         case .markdown: text = renderMarkdown(machine: machine, results: results)
+        }
+        if let plot {
+            try renderSVG(machine: machine, results: results).write(toFile: plot, atomically: true, encoding: .utf8)
+            progress("wrote \(plot)")
         }
         if let output {
             try text.write(toFile: output, atomically: true, encoding: .utf8)

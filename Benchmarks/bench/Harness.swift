@@ -4,7 +4,16 @@ import Foundation
 /// and throws if the work it was asked to do was not all done.
 struct SystemRun {
     let name: String
+    /// Work units per repetition when this system runs a different amount than the
+    /// case's default (Foundation's dependency chain cannot survive Spindle's size).
+    var tasks: Int? = nil
     let run: () throws -> Double
+
+    init(name: String, tasks: Int? = nil, run: @escaping () throws -> Double) {
+        self.name = name
+        self.tasks = tasks
+        self.run = run
+    }
 }
 
 /// What a case reports per system.
@@ -16,6 +25,7 @@ enum Metric: Equatable {
 
 struct SystemResult {
     let system: String
+    var tasks: Int = 0
     /// Per repetition: ns per task (nsPerTask), ms of CPU per second (cpuMsPerSecond).
     var samples: [Double]
     /// Latency cases: the merged histogram's percentiles, in ns.
@@ -64,7 +74,7 @@ func progress(_ s: String) {
 /// Runs every system once to warm up, then `reps` repetitions in alternation (A B, then
 /// B A, ...), so that drift of a shared, noisy machine hits every system alike; ratios
 /// are taken per repetition against `reference` and their median reported.
-func measure(_ name: String, tasks: Int, reps: Int, reference: String,
+func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [String] = [],
              _ systems: [SystemRun]) throws -> CaseResult {
     progress("[\(name)] warm-up")
     for s in systems { _ = try s.run() }
@@ -73,18 +83,18 @@ func measure(_ name: String, tasks: Int, reps: Int, reference: String,
         let order = r % 2 == 0 ? systems : systems.reversed()
         for s in order {
             let ns = try s.run()
-            samples[s.name, default: []].append(ns / Double(tasks))
+            samples[s.name, default: []].append(ns / Double(s.tasks ?? tasks))
         }
         progress("[\(name)] rep \(r + 1)/\(reps): " + systems.map {
             "\($0.name) \(String(format: "%.1f", samples[$0.name]!.last!)) ns"
         }.joined(separator: ", "))
     }
-    let ref = samples[reference]!
-    let ratios = systems.filter { $0.name != reference }.map { s in
-        Ratio(system: s.name, vs: reference,
-              median: median(zip(samples[s.name]!, ref).map { $0 / $1 }))
+    func ratio(_ a: String, _ b: String) -> Ratio {
+        Ratio(system: a, vs: b, median: median(zip(samples[a]!, samples[b]!).map { $0 / $1 }))
     }
+    var ratios = systems.filter { $0.name != reference }.map { ratio($0.name, reference) }
+    for other in alsoVs where samples[other] != nil { ratios.append(ratio("spindle", other)) }
     return CaseResult(name: name, tasks: tasks, reps: reps, metric: .nsPerTask,
-                      systems: systems.map { SystemResult(system: $0.name, samples: samples[$0.name]!) },
+                      systems: systems.map { SystemResult(system: $0.name, tasks: $0.tasks ?? tasks, samples: samples[$0.name]!) },
                       ratios: ratios)
 }

@@ -78,7 +78,7 @@ func renderJSON(machine: Machine, results: [CaseResult]) -> String {
     for c in results {
         for s in c.systems {
             var fields = ["\"case\":\(jsonString(c.name))", "\"system\":\(jsonString(s.system))",
-                          "\"tasks\":\(c.tasks)", "\"reps\":\(c.reps)"]
+                          "\"tasks\":\(s.tasks > 0 ? s.tasks : c.tasks)", "\"reps\":\(c.reps)"]
             switch c.metric {
             case .nsPerTask:
                 fields.append("\"ns_per_task\":{\"median\":\(jsonNumber(median(s.samples))),\"min\":\(jsonNumber(s.samples.min()!)),\"max\":\(jsonNumber(s.samples.max()!))}")
@@ -112,13 +112,16 @@ func rows(_ results: [CaseResult]) -> [[String]] {
     var out = [[String]]()
     for c in results {
         for s in c.systems {
-            let ratio = c.ratios.first { $0.system == s.system }.map { String(format: "%.2f× %@", $0.median, $0.vs) } ?? "reference"
+            let rs = c.ratios.filter { $0.system == s.system }
+            let ratio = rs.isEmpty ? (c.metric == .cpuMsPerSecond ? "-" : "reference")
+                : rs.map { String(format: "%.3g× %@", $0.median, $0.vs) }.joined(separator: ", ")
+            let tasks = "\(s.tasks > 0 ? s.tasks : c.tasks)"
             switch c.metric {
             case .nsPerTask:
-                out.append([c.name, s.system, "\(c.tasks)", "ns/task", fmt(median(s.samples)), fmt(s.samples.min()!), fmt(s.samples.max()!), ratio])
+                out.append([c.name, s.system, tasks, "ns/task", fmt(median(s.samples)), fmt(s.samples.min()!), fmt(s.samples.max()!), ratio])
             case .latency:
                 let p = s.percentiles
-                out.append([c.name, s.system, "\(c.tasks)", "latency ns p50/p99/p99.9", fmt(p["p50"] ?? .nan), fmt(p["p99"] ?? .nan), fmt(p["p999"] ?? .nan), ratio])
+                out.append([c.name, s.system, tasks, "latency ns p50/p99/p99.9", fmt(p["p50"] ?? .nan), fmt(p["p99"] ?? .nan), fmt(p["p999"] ?? .nan), ratio])
             case .cpuMsPerSecond:
                 out.append([c.name, s.system, "-", "CPU ms per idle s", fmt(median(s.samples)), fmt(s.samples.min()!), fmt(s.samples.max()!), ratio])
             }

@@ -86,8 +86,6 @@ open class Operation: @unchecked Sendable {
         var qosExplicit = false
         /// The queue this operation was added to, until it finishes.
         var queue: OperationQueue?
-        /// True once the queue has been told this operation is ready (exactly once).
-        var readySignalled = false
         var extras: Extras?
     }
 
@@ -102,6 +100,11 @@ open class Operation: @unchecked Sendable {
     /// Set while the owning queue is calling `start()`, so a manual `start()` of a
     /// queued operation can be told apart and refused.
     let startedByQueue = Atomic<Bool>(false)
+    /// Set by whoever tells the queue this operation is ready: exactly once.
+    let readySignalled = Atomic<Bool>(false)
+    /// Set once anyone registers an observer, so that unobserved operations (almost
+    /// all) skip the observer bookkeeping.
+    let hasObservers = Atomic<Bool>(false)
 
     // Owned by the queue this operation is in; only touched under that queue's lock.
     var queueSlot = -1
@@ -136,12 +139,14 @@ open class Operation: @unchecked Sendable {
     /// as a programmer error.
     open func start() {
         let cancelled = isCancelled
-        let queued = !startedByQueue.load(ordering: .acquiring) && guarded.locked { $0.queue != nil }
-        if queued {
-            fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
-        }
-        if !cancelled && !isReady {
-            fatalError("Operation.start() was called on \(describe()), which is not ready: it has unfinished dependencies")
+        // The queue starts only operations it found ready; a manual start is checked.
+        if !startedByQueue.load(ordering: .acquiring) {
+            if guarded.locked({ $0.queue != nil }) {
+                fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
+            }
+            if !cancelled && !isReady {
+                fatalError("Operation.start() was called on \(describe()), which is not ready: it has unfinished dependencies")
+            }
         }
         let previous = guarded.locked { g -> Phase in
             let p = g.phase
@@ -372,6 +377,7 @@ open class Operation: @unchecked Sendable {
     /// finished.
     public func onStateChange(_ handler: @escaping @Sendable (StateChange) -> Void) {
         withExtras { $0.observers.append(handler) }
+        hasObservers.store(true, ordering: .releasing)
     }
 
     // MARK: - Internals
@@ -392,6 +398,7 @@ open class Operation: @unchecked Sendable {
     }
 
     func notify(_ change: StateChange) {
+        guard hasObservers.load(ordering: .acquiring) else { return }
         let observers = guarded.locked { $0.extras?.observers ?? [] }
         for o in observers { o(change) }
     }
@@ -428,16 +435,12 @@ open class Operation: @unchecked Sendable {
     /// Tells the queue, exactly once, that this operation may start — if it is in a
     /// queue and its (possibly overridden) `isReady` says so.
     func evaluateReadiness() {
-        let candidate = guarded.locked { $0.queue != nil && !$0.readySignalled }
-        guard candidate else { return }
+        if readySignalled.load(ordering: .acquiring) { return }
+        guard let queue = guarded.locked({ $0.queue }) else { return }
         // The dynamic `isReady` is read outside our lock: overrides call `super`.
         guard isCancelled || isReady else { return }
-        let queue = guarded.locked { g -> OperationQueue? in
-            guard let q = g.queue, !g.readySignalled else { return nil }
-            g.readySignalled = true
-            return q
-        }
-        queue?.operationBecameReady(self)
+        if readySignalled.exchange(true, ordering: .acquiringAndReleasing) { return }
+        queue.operationBecameReady(self)
     }
 
     /// Runs once, when the operation has finished by whatever path: releases

@@ -87,6 +87,8 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     let state: Mutex<State>
+    /// Set once anyone observes `operationCount`, so unobserved queues skip the work.
+    let hasCountObservers = Atomic<Bool>(false)
     private static let counter = Atomic<Int>(0)
     let isMain: Bool
 
@@ -153,40 +155,47 @@ open class OperationQueue: @unchecked Sendable {
 
     func enqueue(_ op: Operation, isBarrier: Bool = false) {
         // Claim the operation for this queue, or trap on misuse, leaving it untouched.
-        let problem = op.guarded.locked { g -> String? in
-            if g.queue != nil { return "is already in an operation queue" }
-            if op.finishHandled.load(ordering: .acquiring) || g.phase == .finished { return "has already finished" }
-            if g.phase == .executing { return "is executing" }
+        let (problem, noDependencies, level) = op.guarded.locked { g -> (String?, Bool, Int) in
+            if g.queue != nil { return ("is already in an operation queue", false, 0) }
+            if op.finishHandled.load(ordering: .acquiring) || g.phase == .finished { return ("has already finished", false, 0) }
+            if g.phase == .executing { return ("is executing", false, 0) }
             g.queue = self
-            return nil
+            return (nil, g.unfinished == 0, g.queuePriority.level)
         }
         if let problem {
             fatalError("OperationQueue.addOperation: \(op.describe()) \(problem); an operation can be added to one queue, once, before it starts")
         }
-        let barrier = state.locked { s -> Operation? in
+        // The common case — no dependencies, ready — takes the queue lock once: register,
+        // push on the ready list and take what may start, together.
+        let readyNow = noDependencies && (op.isCancelled || op.isReady)
+        let (barrier, start, config) = state.locked { s -> (Operation?, [Operation], DispatchConfig?) in
             op.queueSlot = s.all.count
             s.all.append(op)
             s.count += 1
-            return isBarrier ? nil : s.lastBarrier
+            if !isBarrier, let b = s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) { return (b, [], nil) }
+            guard readyNow, !op.readySignalled.exchange(true, ordering: .acquiringAndReleasing) else { return (nil, [], nil) }
+            s.push(op, level: level)
+            let start = s.takeStartable()
+            return (nil, start, start.isEmpty ? nil : DispatchConfig(s))
         }
-        if let barrier, !barrier.finishHandled.load(ordering: .acquiring) { op.addDependency(barrier) }
-        notifyCountChange()
-        op.evaluateReadiness()
+        if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
+        if let barrier { op.addDependency(barrier) }
+        if let config { dispatch(start, config) } else { op.evaluateReadiness() }
     }
 
     // MARK: - Scheduling
 
     func operationBecameReady(_ op: Operation) {
         let level = op.queuePriority.level
-        let start = state.locked { s -> [Operation] in
+        let (start, config) = state.locked { s -> ([Operation], DispatchConfig) in
             s.push(op, level: level)
-            return s.takeStartable()
+            return (s.takeStartable(), DispatchConfig(s))
         }
-        dispatch(start)
+        dispatch(start, config)
     }
 
     func operationFinished(_ op: Operation) {
-        let (start, waiters, count, observers) = state.locked { s -> ([Operation], [Waiter], Int, [@Sendable (Int) -> Void]) in
+        let (start, config, waiters, count, observers) = state.locked { s -> ([Operation], DispatchConfig, [Waiter], Int, [@Sendable (Int) -> Void]) in
             if op.queueStarted { s.running -= 1 } else { op.queueRetired = true }
             if op.queueSlot >= 0 && op.queueSlot < s.all.count && s.all[op.queueSlot] === op {
                 s.all[op.queueSlot] = nil
@@ -202,11 +211,12 @@ open class OperationQueue: @unchecked Sendable {
                 w = s.waiters
                 s.waiters = []
             }
-            return (s.takeStartable(), w, s.count, s.countObservers.map(\.handler))
+            let observers = s.countObservers.isEmpty ? [] : s.countObservers.map(\.handler)
+            return (s.takeStartable(), DispatchConfig(s), w, s.count, observers)
         }
         for o in observers { o(count) }
         for w in waiters { w.signal() }
-        dispatch(start)
+        dispatch(start, config)
     }
 
     private func compact(_ s: inout State) {
@@ -220,18 +230,36 @@ open class OperationQueue: @unchecked Sendable {
         s.holes = 0
     }
 
-    private func dispatch(_ ops: [Operation]) {
+    /// Where started operations go, read under the lock together with them.
+    struct DispatchConfig {
+        let underlying: DispatchQueue?
+        let qualityOfService: QualityOfService
+        init(_ s: State) {
+            underlying = s.underlyingQueue
+            qualityOfService = s.qualityOfService
+        }
+    }
+
+    private func dispatch(_ ops: [Operation], _ config: DispatchConfig) {
         guard !ops.isEmpty else { return }
-        let (underlying, queueQoS) = state.locked { ($0.underlyingQueue, $0.qualityOfService) }
         for op in ops {
-            if let underlying {
+            if let underlying = config.underlying {
                 let run = UncheckedSendableBox((self, op))
                 underlying.async { run.value.0.run(run.value.1) }
             } else {
-                let pool = QoSPools.pool(for: op.effectiveQoS(queueDefault: queueQoS))
+                let pool = QoSPools.pool(for: op.effectiveQoS(queueDefault: config.qualityOfService))
                 OpTask.submit(op, queue: self, pool: pool)
             }
         }
+    }
+
+    /// Takes what may start now and starts it (after a width or suspension change).
+    private func startWhatCan(_ change: (inout State) -> Void) {
+        let (start, config) = state.locked { s -> ([Operation], DispatchConfig) in
+            change(&s)
+            return (s.takeStartable(), DispatchConfig(s))
+        }
+        dispatch(start, config)
     }
 
     /// Runs one operation on the current thread, as the queue's runner.
@@ -297,11 +325,7 @@ open class OperationQueue: @unchecked Sendable {
         get { state.locked { $0.maxConcurrent } }
         set {
             precondition(newValue >= -1, "OperationQueue.maxConcurrentOperationCount must be -1 (the default) or >= 0, got \(newValue)")
-            let start = state.locked { s -> [Operation] in
-                s.maxConcurrent = newValue
-                return s.takeStartable()
-            }
-            dispatch(start)
+            startWhatCan { $0.maxConcurrent = newValue }
         }
     }
 
@@ -309,13 +333,7 @@ open class OperationQueue: @unchecked Sendable {
     /// cancelled ones wait. Setting it back to false starts what is ready.
     open var isSuspended: Bool {
         get { state.locked { $0.suspended } }
-        set {
-            let start = state.locked { s -> [Operation] in
-                s.suspended = newValue
-                return s.takeStartable()
-            }
-            dispatch(start)
-        }
+        set { startWhatCan { $0.suspended = newValue } }
     }
 
     /// The queue's name; unique by default.
@@ -360,7 +378,8 @@ open class OperationQueue: @unchecked Sendable {
     /// Returns a token; pass it to ``removeOperationCountObserver(_:)`` to stop.
     @discardableResult
     public func onOperationCountChange(_ handler: @escaping @Sendable (Int) -> Void) -> Int {
-        state.locked { s in
+        hasCountObservers.store(true, ordering: .releasing)
+        return state.locked { s in
             s.nextObserverID += 1
             s.countObservers.append((s.nextObserverID, handler))
             return s.nextObserverID

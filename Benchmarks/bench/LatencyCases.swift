@@ -1,0 +1,184 @@
+import Dispatch
+import Foundation
+import Histogram
+import Spindle
+import Synchronization
+
+/// Records submit→start latencies of one system into an HdrHistogram.
+struct LatencyRecorder {
+    var histogram = Histogram<UInt64>(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
+    mutating func record(_ ns: UInt64) { _ = histogram.record(max(ns, 1)) }
+    func percentiles() -> [String: Double] {
+        ["p50": Double(histogram.valueAtPercentile(50)), "p99": Double(histogram.valueAtPercentile(99)),
+         "p999": Double(histogram.valueAtPercentile(99.9))]
+    }
+}
+
+/// Submits one task at a time from this (outside) thread and measures how long it takes
+/// to start. `submit` must arrange for `started(now())` to be called by the task.
+private func sampleLatency(_ samples: Int, gapMicros: UInt32, into rec: inout LatencyRecorder,
+                           submit: (@escaping @Sendable () -> Void) throws -> Void) throws -> Double {
+    let startedAt = Atomic<UInt64>(0)
+    let done = DispatchSemaphore(value: 0)
+    var values: [Double] = []
+    values.reserveCapacity(samples)
+    for _ in 0..<samples {
+        usleep(gapMicros) // let the workers go idle (past their spin) between samples
+        let t0 = now()
+        try submit {
+            startedAt.store(now(), ordering: .releasing)
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + 10) == .success else { throw BenchFailure("latency: a task never started") }
+        let d = startedAt.load(ordering: .acquiring) &- t0
+        rec.record(d)
+        values.append(Double(d))
+    }
+    return median(values)
+}
+
+/// The pool idle, one task at a time from an outside thread: submit→start latency.
+func latencyCase(pool: ThreadPool, samples: Int, reps: Int) throws -> CaseResult {
+    var recs = ["spindle": LatencyRecorder(), "dispatch": LatencyRecorder()]
+    var p50s = ["spindle": [Double](), "dispatch": [Double]()]
+    progress("[latency] warm-up")
+    _ = try sampleLatency(50, gapMicros: 200, into: &recs["spindle"]!) { try pool.submit($0) }
+    _ = try sampleLatency(50, gapMicros: 200, into: &recs["dispatch"]!) { DispatchQueue.global().async(execute: $0) }
+    recs = ["spindle": LatencyRecorder(), "dispatch": LatencyRecorder()]
+    for r in 0..<reps {
+        let order = r % 2 == 0 ? ["spindle", "dispatch"] : ["dispatch", "spindle"]
+        for name in order {
+            let p50: Double
+            if name == "spindle" {
+                p50 = try sampleLatency(samples, gapMicros: 300, into: &recs[name]!) { try pool.submit($0) }
+            } else {
+                p50 = try sampleLatency(samples, gapMicros: 300, into: &recs[name]!) { DispatchQueue.global().async(execute: $0) }
+            }
+            p50s[name]!.append(p50)
+        }
+        progress("[latency] rep \(r + 1)/\(reps): p50 spindle \(fmt(p50s["spindle"]!.last!)) ns, dispatch \(fmt(p50s["dispatch"]!.last!)) ns")
+    }
+    return CaseResult(
+        name: "latency", tasks: samples, reps: reps, metric: .latency,
+        systems: ["spindle", "dispatch"].map { SystemResult(system: $0, tasks: samples, samples: p50s[$0]!, percentiles: recs[$0]!.percentiles()) },
+        ratios: [Ratio(system: "spindle", vs: "dispatch", median: median(zip(p50s["spindle"]!, p50s["dispatch"]!).map { $0 / $1 }))],
+        note: "p50 ratio is the median of per-repetition p50 ratios; percentiles are over all repetitions")
+}
+
+/// Background work saturating every CPU; userInteractive tasks submitted one at a time;
+/// their submit→start latency. Spindle: a background worker set at nice +10 and a
+/// userInteractive one at nice −4 (0 when the process may not lower its nice).
+/// Dispatch: `global(qos: .background)` and `global(qos: .userInteractive)`.
+func qosUnderLoadCase(samples: Int, reps: Int, cpus: Int) throws -> CaseResult {
+    let background = ThreadPool.forQualityOfService(.background)
+    let interactive = ThreadPool.forQualityOfService(.userInteractive)
+    var recs = ["spindle": LatencyRecorder(), "dispatch": LatencyRecorder()]
+    var p99s = ["spindle": [Double](), "dispatch": [Double]()]
+
+    /// Keeps `lanes` chunks of ~1 ms of busy work in flight until `stop` is set; each
+    /// chunk resubmits itself, so the load never drains and never piles up.
+    final class Load: @unchecked Sendable {
+        let stop = Atomic<Bool>(false)
+        let running = Atomic<Int>(0)
+        let chunks = Atomic<Int>(0)
+        func spin() {
+            let end = now() + 1_000_000
+            var x: UInt64 = 1
+            while now() < end { x = x &* 6364136223846793005 &+ 1 }
+            if x == 42 { print("") } // keep the loop
+            chunks.add(1, ordering: .relaxed)
+        }
+    }
+    func saturate(_ name: String) -> Load {
+        let load = Load()
+        let lanes = cpus * 2
+        for _ in 0..<lanes {
+            load.running.add(1, ordering: .relaxed)
+            if name == "spindle" {
+                @Sendable func chunk() {
+                    load.spin()
+                    if load.stop.load(ordering: .acquiring) { load.running.subtract(1, ordering: .relaxed); return }
+                    try? background.submit(chunk)
+                }
+                try? background.submit(chunk)
+            } else {
+                @Sendable func chunk() {
+                    load.spin()
+                    if load.stop.load(ordering: .acquiring) { load.running.subtract(1, ordering: .relaxed); return }
+                    DispatchQueue.global(qos: .background).async(execute: chunk)
+                }
+                DispatchQueue.global(qos: .background).async(execute: chunk)
+            }
+        }
+        usleep(50_000) // let the load build up
+        return load
+    }
+    func drain(_ load: Load) throws {
+        load.stop.store(true, ordering: .releasing)
+        let deadline = now() + 10_000_000_000
+        while load.running.load(ordering: .relaxed) > 0 {
+            if now() > deadline { throw BenchFailure("qos-under-load: the background load did not stop") }
+            usleep(1000)
+        }
+        guard load.chunks.load(ordering: .relaxed) > 0 else { throw BenchFailure("qos-under-load: no background work ran") }
+    }
+
+    for r in 0..<reps {
+        let order = r % 2 == 0 ? ["spindle", "dispatch"] : ["dispatch", "spindle"]
+        for name in order {
+            let load = saturate(name)
+            var rec = LatencyRecorder()
+            if name == "spindle" {
+                _ = try sampleLatency(samples, gapMicros: 2000, into: &rec) { try interactive.submit($0) }
+            } else {
+                _ = try sampleLatency(samples, gapMicros: 2000, into: &rec) { DispatchQueue.global(qos: .userInteractive).async(execute: $0) }
+            }
+            try drain(load)
+            p99s[name]!.append(Double(rec.histogram.valueAtPercentile(99)))
+            recs[name]!.histogram.add(rec.histogram)
+        }
+        progress("[qos-under-load] rep \(r + 1)/\(reps): p99 spindle \(fmt(p99s["spindle"]!.last!)) ns, dispatch \(fmt(p99s["dispatch"]!.last!)) ns")
+    }
+    let nice = interactive.niceError == nil ? "\(interactive.effectiveNice)" : "\(interactive.effectiveNice) (negative nice refused: errno \(interactive.niceError!))"
+    return CaseResult(
+        name: "qos-under-load", tasks: samples, reps: reps, metric: .latency,
+        systems: ["spindle", "dispatch"].map { SystemResult(system: $0, tasks: samples, samples: p99s[$0]!, percentiles: recs[$0]!.percentiles()) },
+        ratios: [Ratio(system: "spindle", vs: "dispatch", median: median(zip(p99s["spindle"]!, p99s["dispatch"]!).map { $0 / $1 }))],
+        note: "userInteractive start latency under \(cpus * 2) lanes of background load; the ratio is of p99s; spindle userInteractive workers at nice \(nice), background at \(background.effectiveNice)")
+}
+
+/// CPU consumed while idle, after a warm-up, over the same intervals: Spindle's pools
+/// (their threads' own CPU clocks) against everything else in the process (Dispatch's
+/// threads; the main thread sleeps).
+func idleCPUCase(pools: [ThreadPool], seconds: Double, reps: Int) throws -> CaseResult {
+    progress("[idle-cpu] warm-up")
+    for p in pools { for _ in 0..<1000 { try p.submit {} } }
+    let g = DispatchGroup()
+    for _ in 0..<1000 { DispatchQueue.global().async(group: g) {} }
+    g.wait()
+    usleep(200_000)
+    var spindle: [Double] = [], dispatch: [Double] = []
+    for r in 0..<reps {
+        let s0 = pools.reduce(Duration.zero) { $0 + $1.cpuTime }
+        let p0 = processCPU()
+        usleep(UInt32(seconds * 1_000_000))
+        let s1 = pools.reduce(Duration.zero) { $0 + $1.cpuTime }
+        let p1 = processCPU()
+        let sMs = Double((s1 - s0).components.attoseconds) / 1e15 + Double((s1 - s0).components.seconds) * 1000
+        let pMs = (p1 - p0) * 1000
+        spindle.append(sMs / seconds)
+        dispatch.append(max(0, pMs - sMs) / seconds)
+        progress("[idle-cpu] rep \(r + 1)/\(reps): spindle \(fmt(spindle.last!)) ms/s, rest of process \(fmt(dispatch.last!)) ms/s")
+    }
+    return CaseResult(name: "idle-cpu", tasks: 0, reps: reps, metric: .cpuMsPerSecond,
+                      systems: [SystemResult(system: "spindle", samples: spindle), SystemResult(system: "dispatch", samples: dispatch)],
+                      ratios: [],
+                      note: "CPU ms per idle second over \(seconds) s intervals; 'dispatch' is the rest of the process (Dispatch's idle threads)")
+}
+
+/// User + system CPU time of the whole process, in seconds.
+func processCPU() -> Double {
+    var u = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
+    return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+}
