@@ -179,6 +179,7 @@ struct spindle_pool {
     uint32_t deque_capacity;
     uint64_t spin_ns;
     int32_t requested_nice;
+    int32_t requested_policy;
     char name[16];
 
     SPINDLE_ALIGNED spindle_injector injector;
@@ -198,6 +199,8 @@ struct spindle_pool {
     _Atomic uint32_t ready;
     _Atomic int32_t effective_nice;
     _Atomic int nice_error;
+    _Atomic int effective_policy;
+    _Atomic int policy_error;
 };
 
 extern _Thread_local spindle_worker *spindle_tls_worker;

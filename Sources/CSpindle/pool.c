@@ -112,6 +112,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     uint32_t cap = cfg.deque_capacity ? cfg.deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY;
     if (cap > (1u << 24)) return EINVAL;
     if (cfg.nice < -20 || cfg.nice > 19) return EINVAL;
+    if (cfg.policy < SPINDLE_POLICY_NORMAL || cfg.policy > SPINDLE_POLICY_IDLE) return EINVAL;
 
     spindle_pool *pool = aligned_alloc(SPINDLE_CACHELINE, (sizeof *pool + SPINDLE_CACHELINE - 1) /
                                                               SPINDLE_CACHELINE * SPINDLE_CACHELINE);
@@ -128,6 +129,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     pool->nworkers = n;
     pool->spin_ns = cfg.spin_ns ? cfg.spin_ns : SPINDLE_DEFAULT_SPIN_NS;
     pool->requested_nice = cfg.nice;
+    pool->requested_policy = cfg.policy;
     const char *name = cfg.name ? cfg.name : "spindle-w";
     strncpy(pool->name, name, sizeof pool->name - 1);
     spindle_injector_init(&pool->injector);
@@ -138,6 +140,8 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->joined, false);
     atomic_init(&pool->effective_nice, 0);
     atomic_init(&pool->nice_error, 0);
+    atomic_init(&pool->effective_policy, 0);
+    atomic_init(&pool->policy_error, 0);
     int rc = spindle_idle_init(&pool->idle, n);
     if (rc) {
         free(pool->workers);

@@ -46,3 +46,11 @@ int32_t spindle_pool_effective_nice(const spindle_pool *pool) {
 int spindle_pool_nice_error(const spindle_pool *pool) {
     return atomic_load_explicit(&((spindle_pool *)pool)->nice_error, memory_order_relaxed);
 }
+
+int spindle_pool_effective_policy(const spindle_pool *pool) {
+    return atomic_load_explicit(&((spindle_pool *)pool)->effective_policy, memory_order_relaxed);
+}
+
+int spindle_pool_policy_error(const spindle_pool *pool) {
+    return atomic_load_explicit(&((spindle_pool *)pool)->policy_error, memory_order_relaxed);
+}

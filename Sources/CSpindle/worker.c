@@ -26,6 +26,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -194,33 +195,45 @@ static void set_thread_name(spindle_worker *w) {
     pthread_setname_np(pthread_self(), name);
 }
 
-static void apply_nice(spindle_worker *w) {
+/* Applies the pool's scheduling policy and nice value to the calling worker thread and
+ * records, from worker 0, what it actually got. On Linux both are per-thread
+ * attributes: setpriority(PRIO_PROCESS, tid) sets one thread's nice. */
+static void apply_priority(spindle_worker *w) {
     spindle_pool *pool = w->pool;
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    errno = 0;
-    int before = getpriority(PRIO_PROCESS, (id_t)tid);
-    if (pool->requested_nice == 0) {
-        if (w->index == 0) atomic_store_explicit(&pool->effective_nice, before, memory_order_relaxed);
-        return;
+    if (pool->requested_policy != SPINDLE_POLICY_NORMAL) {
+        struct sched_param param = {.sched_priority = 0};
+        int policy = pool->requested_policy == SPINDLE_POLICY_IDLE ? SCHED_IDLE : SCHED_BATCH;
+        int rc = pthread_setschedparam(pthread_self(), policy, &param);
+        if (rc) {
+            int expected = 0;
+            /* Relaxed: a report, read after create returns (create waits for `ready`,
+             * whose release/acquire orders this store before the read). */
+            atomic_compare_exchange_strong_explicit(&pool->policy_error, &expected, rc,
+                                                    memory_order_relaxed, memory_order_relaxed);
+        }
     }
-    /* On Linux, setpriority(PRIO_PROCESS, tid) sets the nice of that one thread. */
-    if (setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0) {
-        int err = errno;
-        int expected = 0;
-        /* Relaxed: a report, read after the pool is up (create waits for the workers). */
+    if (pool->requested_nice != 0 &&
+        setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0) {
+        int err = errno, expected = 0;
+        /* Relaxed: as above. */
         atomic_compare_exchange_strong_explicit(&pool->nice_error, &expected, err,
                                                 memory_order_relaxed, memory_order_relaxed);
     }
-    errno = 0;
-    int now = getpriority(PRIO_PROCESS, (id_t)tid);
-    if (w->index == 0) atomic_store_explicit(&pool->effective_nice, now, memory_order_relaxed);
+    if (w->index == 0) {
+        errno = 0;
+        int nice = getpriority(PRIO_PROCESS, (id_t)tid);
+        /* Relaxed: as above. */
+        atomic_store_explicit(&pool->effective_nice, nice, memory_order_relaxed);
+        atomic_store_explicit(&pool->effective_policy, sched_getscheduler(0), memory_order_relaxed);
+    }
 }
 
 void *spindle_worker_main(void *arg) {
     spindle_worker *w = arg;
     spindle_tls_worker = w;
     set_thread_name(w);
-    apply_nice(w);
+    apply_priority(w);
     /* Release pairs with create's acquire: the nice report is visible once counted. */
     atomic_fetch_add_explicit(&w->pool->ready, 1, memory_order_release);
     spindle_futex_wake(&w->pool->ready, 1);

@@ -8,13 +8,20 @@ import Synchronization
 /// slow and one-way. So each class gets its own workers at the libdispatch-on-Linux
 /// nice value, and the kernel's scheduler does the prioritising:
 ///
-/// | class              | nice |
-/// |--------------------|------|
-/// | `.userInteractive` | −4   |
-/// | `.userInitiated`   | −2   |
-/// | `.default`         | 0    |
-/// | `.utility`         | +2   |
-/// | `.background`      | +10  |
+/// | class              | nice | policy      |
+/// |--------------------|------|-------------|
+/// | `.userInteractive` | −4   | SCHED_OTHER |
+/// | `.userInitiated`   | −2   | SCHED_OTHER |
+/// | `.default`         | 0    | SCHED_OTHER |
+/// | `.utility`         | +2   | SCHED_BATCH |
+/// | `.background`      | +10  | SCHED_IDLE  |
+///
+/// Background workers run under SCHED_IDLE: whenever any other thread wants a CPU the
+/// kernel preempts them at once, so queued higher-class work starts before queued
+/// background work without Spindle re-ordering anything. They keep a small share of
+/// the CPU (SCHED_IDLE's weight), so background work is delayed under load, never
+/// starved forever. Utility uses SCHED_BATCH (no wake-up preemption of interactive
+/// threads). Both need no privilege.
 ///
 /// A process without CAP_SYS_NICE (or RLIMIT_NICE headroom) is refused negative nice
 /// values with EACCES; those classes then run at the inherited nice, and the refusal
@@ -54,6 +61,7 @@ enum QoSPools {
             if let existing = p[key] { return existing }
             var c = ThreadPool.Configuration()
             c.nice = nice(for: qos)
+            c.policy = qos == .background ? .idle : qos == .utility ? .batch : .normal
             c.name = name(for: qos)
             let made: ThreadPool
             do { made = try ThreadPool(configuration: c) } catch {

@@ -66,6 +66,17 @@ public final class ThreadPool: @unchecked Sendable {
         }
     }
 
+    /// The Linux scheduling policy a pool's workers run under.
+    public enum SchedulingPolicy: Int32, Sendable {
+        /// SCHED_OTHER: the ordinary time-sharing policy.
+        case normal = 0
+        /// SCHED_BATCH: for throughput work; does not preempt others on wake-up.
+        case batch = 1
+        /// SCHED_IDLE: runs when nothing else wants the CPU and is preempted at once
+        /// when something does; keeps a small share, so it is never starved forever.
+        case idle = 2
+    }
+
     /// How to build a pool. Every field has a default that needs no thought.
     public struct Configuration: Sendable {
         /// Worker threads; `nil` means one per CPU in the process's affinity mask
@@ -80,6 +91,8 @@ public final class ThreadPool: @unchecked Sendable {
         /// privilege; when refused, workers stay at their inherited nice and
         /// ``niceError`` says why.
         public var nice: Int32 = 0
+        /// Linux scheduling policy of the workers (see ``SchedulingPolicy``).
+        public var policy: SchedulingPolicy = .normal
         /// Thread-name prefix (the kernel keeps 15 characters, index included).
         public var name: String = "spindle-w"
 
@@ -120,6 +133,7 @@ public final class ThreadPool: @unchecked Sendable {
         cfg.deque_capacity = UInt32(configuration.dequeCapacity)
         cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
         cfg.nice = configuration.nice
+        cfg.policy = configuration.policy.rawValue
         var pool: OpaquePointer?
         let rc = configuration.name.withCString { name -> Int32 in
             cfg.name = name
@@ -207,6 +221,15 @@ public final class ThreadPool: @unchecked Sendable {
     /// asking for a negative nice), or nil if it was applied.
     public var niceError: Int32? {
         let e = spindle_pool_nice_error(raw)
+        return e == 0 ? nil : e
+    }
+
+    /// The policy the workers actually run under, as `sched_getscheduler` reports it
+    /// (`SCHED_OTHER` 0, `SCHED_BATCH` 3, `SCHED_IDLE` 5).
+    public var effectivePolicy: Int32 { spindle_pool_effective_policy(raw) }
+    /// Why the configured policy was refused, or nil if it was applied.
+    public var policyError: Int32? {
+        let e = spindle_pool_policy_error(raw)
         return e == 0 ? nil : e
     }
 

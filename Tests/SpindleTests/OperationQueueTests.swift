@@ -32,14 +32,18 @@ func currentThreadName() -> String {
         .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
 }
 
-/// The calling thread's nice value, field 19 of /proc/thread-self/stat.
-func currentThreadNice() -> Int {
+/// Field `n` (1-based, as in proc(5)) of /proc/thread-self/stat.
+func threadStatField(_ n: Int) -> Int {
     guard let s = try? String(contentsOfFile: "/proc/thread-self/stat", encoding: .utf8),
           let close = s.lastIndex(of: ")") else { return Int.min }
     let fields = s[s.index(after: close)...].split(separator: " ")
-    // After the comm field: state is field 3, so nice (field 19) is at index 19 - 3.
-    return Int(fields[16]) ?? Int.min
+    // After the comm field (2), fields start at 3.
+    return Int(fields[n - 3]) ?? Int.min
 }
+
+/// The calling thread's nice value (field 19) and scheduling policy (field 41).
+func currentThreadNice() -> Int { threadStatField(19) }
+func currentThreadPolicy() -> Int { threadStatField(41) }
 
 final class OperationQueueTests: XCTestCase {
     // MARK: lifecycle
@@ -394,8 +398,14 @@ final class OperationQueueTests: XCTestCase {
     func testQoSSelectsTheWorkerSet() {
         let q = OperationQueue()
         let names = Mutex<[QualityOfService: (String, Int)]>([:])
+        let policies = Mutex<[QualityOfService: Int]>([:])
         for qos in [QualityOfService.background, .utility, .default] {
-            let op = BlockOperation { let n = (currentThreadName(), currentThreadNice()); names.locked { $0[qos] = n } }
+            let op = BlockOperation {
+                let n = (currentThreadName(), currentThreadNice())
+                let p = currentThreadPolicy()
+                names.locked { $0[qos] = n }
+                policies.locked { $0[qos] = p }
+            }
             op.qualityOfService = qos
             q.addOperation(op)
         }
@@ -412,6 +422,10 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(r[.utility]!.1, 2)
         XCTAssertTrue(r[.default]!.0.hasPrefix("spindle-w"))
         XCTAssertTrue(r[.userInteractive]!.0.hasPrefix("spindle-bg"), "queue QoS applies to operations without their own")
+        let p = policies.locked { $0 }
+        XCTAssertEqual(p[.background], 5, "background runs under SCHED_IDLE")
+        XCTAssertEqual(p[.utility], 3, "utility runs under SCHED_BATCH")
+        XCTAssertEqual(p[.default], 0)
     }
 
     func testOperationsAddedFromInsideAnOperationStayLocal() {

@@ -82,10 +82,19 @@ typedef struct spindle_config {
      *  A refused negative value (EACCES/EPERM) leaves the worker at its inherited nice
      *  and is reported through `spindle_pool_nice_status`. */
     int32_t nice;
+    /** Linux scheduling policy of the workers: SPINDLE_POLICY_NORMAL (SCHED_OTHER,
+     *  the default), SPINDLE_POLICY_BATCH (SCHED_BATCH: throughput work, no wake-up
+     *  preemption of others) or SPINDLE_POLICY_IDLE (SCHED_IDLE: runs only when nothing
+     *  else wants the CPU, and is preempted at once when something does; still gets a
+     *  small share, so it is never starved forever). Any thread may switch to these
+     *  without privilege. */
+    int32_t policy;
     /** Thread-name prefix; NULL means "spindle-w". Workers are named prefix + index,
      *  truncated to the kernel's 15 characters. */
     const char *name;
 } spindle_config;
+
+enum { SPINDLE_POLICY_NORMAL = 0, SPINDLE_POLICY_BATCH = 1, SPINDLE_POLICY_IDLE = 2 };
 
 #define SPINDLE_DEFAULT_DEQUE_CAPACITY 256u
 #define SPINDLE_DEFAULT_SPIN_NS 50000u
@@ -155,6 +164,10 @@ bool spindle_pool_is_shutting_down(const spindle_pool *pool);
  */
 int32_t spindle_pool_effective_nice(const spindle_pool *pool);
 int spindle_pool_nice_error(const spindle_pool *pool);
+/** The scheduling policy the workers run under (SCHED_OTHER, SCHED_BATCH, SCHED_IDLE as
+ *  sched_getscheduler reports it), and 0 or the errno that refused the requested one. */
+int spindle_pool_effective_policy(const spindle_pool *pool);
+int spindle_pool_policy_error(const spindle_pool *pool);
 
 /** Per-worker counters. All are monotonic since the pool was created. */
 typedef struct spindle_worker_stats {
