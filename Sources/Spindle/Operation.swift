@@ -114,12 +114,14 @@ open class Operation: @unchecked Sendable {
     public init() {}
 
     deinit {
-        // Dependencies are released in a loop, not recursively (see ThreadState).
-        ThreadState.releaseIteratively(guarded.locked { g in
+        // Dependencies are released in a loop, not recursively (see ThreadState). Most
+        // operations have none and skip the thread-local bookkeeping.
+        let deps = guarded.locked { g in
             let d = g.dependencies
             g.dependencies = []
             return d
-        })
+        }
+        if !deps.isEmpty { ThreadState.releaseIteratively(consume deps) }
     }
 
     // MARK: - Subclassing points

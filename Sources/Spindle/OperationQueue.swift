@@ -74,9 +74,9 @@ open class OperationQueue: @unchecked Sendable {
         }
 
         /// Takes the operations that may start now and counts them as running.
-        mutating func takeStartable() -> [Operation] {
-            guard !suspended else { return [] }
-            var out: [Operation] = []
+        mutating func takeStartable() -> Startable {
+            guard !suspended else { return .none }
+            var out = Startable.none
             while maxConcurrent < 0 || running < maxConcurrent, let op = popReady() {
                 running += 1
                 op.queueStarted = true
@@ -168,12 +168,12 @@ open class OperationQueue: @unchecked Sendable {
         // The common case — no dependencies, ready — takes the queue lock once: register,
         // push on the ready list and take what may start, together.
         let readyNow = noDependencies && (op.isCancelled || op.isReady)
-        let (barrier, start, config) = state.locked { s -> (Operation?, [Operation], DispatchConfig?) in
+        let (barrier, start, config) = state.locked { s -> (Operation?, Startable, DispatchConfig?) in
             op.queueSlot = s.all.count
             s.all.append(op)
             s.count += 1
-            if !isBarrier, let b = s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) { return (b, [], nil) }
-            guard readyNow, !op.readySignalled.exchange(true, ordering: .acquiringAndReleasing) else { return (nil, [], nil) }
+            if !isBarrier, let b = s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) { return (b, .none, nil) }
+            guard readyNow, !op.readySignalled.exchange(true, ordering: .acquiringAndReleasing) else { return (nil, .none, nil) }
             s.push(op, level: level)
             let start = s.takeStartable()
             return (nil, start, start.isEmpty ? nil : DispatchConfig(s))
@@ -187,7 +187,7 @@ open class OperationQueue: @unchecked Sendable {
 
     func operationBecameReady(_ op: Operation) {
         let level = op.queuePriority.level
-        let (start, config) = state.locked { s -> ([Operation], DispatchConfig) in
+        let (start, config) = state.locked { s -> (Startable, DispatchConfig) in
             s.push(op, level: level)
             return (s.takeStartable(), DispatchConfig(s))
         }
@@ -195,7 +195,7 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     func operationFinished(_ op: Operation) {
-        let (start, config, waiters, count, observers) = state.locked { s -> ([Operation], DispatchConfig, [Waiter], Int, [@Sendable (Int) -> Void]) in
+        let (start, config, waiters, count, observers) = state.locked { s -> (Startable, DispatchConfig, [Waiter], Int, [@Sendable (Int) -> Void]) in
             if op.queueStarted { s.running -= 1 } else { op.queueRetired = true }
             if op.queueSlot >= 0 && op.queueSlot < s.all.count && s.all[op.queueSlot] === op {
                 s.all[op.queueSlot] = nil
@@ -240,9 +240,8 @@ open class OperationQueue: @unchecked Sendable {
         }
     }
 
-    private func dispatch(_ ops: [Operation], _ config: DispatchConfig) {
-        guard !ops.isEmpty else { return }
-        for op in ops {
+    private func dispatch(_ ops: Startable, _ config: DispatchConfig) {
+        ops.forEach { op in
             if let underlying = config.underlying {
                 let run = UncheckedSendableBox((self, op))
                 underlying.async { run.value.0.run(run.value.1) }
@@ -255,7 +254,7 @@ open class OperationQueue: @unchecked Sendable {
 
     /// Takes what may start now and starts it (after a width or suspension change).
     private func startWhatCan(_ change: (inout State) -> Void) {
-        let (start, config) = state.locked { s -> ([Operation], DispatchConfig) in
+        let (start, config) = state.locked { s -> (Startable, DispatchConfig) in
             change(&s)
             return (s.takeStartable(), DispatchConfig(s))
         }
@@ -394,6 +393,35 @@ open class OperationQueue: @unchecked Sendable {
     private func notifyCountChange() {
         let (count, observers) = state.locked { s in (s.count, s.countObservers.map(\.handler)) }
         for o in observers { o(count) }
+    }
+}
+
+/// The operations a scheduling step lets start: almost always none or one, which
+/// need no array (and no allocation) on the per-operation path.
+enum Startable {
+    case none
+    case one(Operation)
+    case many([Operation])
+
+    mutating func append(_ op: Operation) {
+        switch self {
+        case .none: self = .one(op)
+        case .one(let first): self = .many([first, op])
+        case .many(var all):
+            self = .none
+            all.append(op)
+            self = .many(all)
+        }
+    }
+
+    var isEmpty: Bool { if case .none = self { return true } else { return false } }
+
+    func forEach(_ body: (Operation) -> Void) {
+        switch self {
+        case .none: break
+        case .one(let op): body(op)
+        case .many(let all): all.forEach(body)
+        }
     }
 }
 
