@@ -16,12 +16,12 @@ let package = Package(
     ],
     targets: [
         // The engine. C11; `_GNU_SOURCE` for sched_getaffinity, pthread_setname_np and
-        // the futex syscall. No unsafe flags, so the package stays usable as a dependency:
+        // the futex syscall; libnuma (libnuma-dev, installed by scripts/) for NUMA. No unsafe flags, so the package stays usable as a dependency:
         // `scripts/check-c.sh` compiles the same sources with -Wall -Wextra -Werror.
         .target(
             name: "CSpindle",
             cSettings: [.define("_GNU_SOURCE")],
-            linkerSettings: [.linkedLibrary("pthread")]
+            linkerSettings: [.linkedLibrary("pthread"), .linkedLibrary("numa")]
         ),
         .target(
             name: "Spindle",
@@ -38,7 +38,8 @@ let package = Package(
         ),
         .testTarget(
             name: "SpindleTests",
-            dependencies: ["Spindle", "CSpindle"]
+            dependencies: ["Spindle", "CSpindle"],
+            exclude: ["Fixtures"]
         ),
     ],
     swiftLanguageModes: [.v6],

@@ -63,7 +63,7 @@ int spindle_deque_init(spindle_deque *d, uint32_t capacity, void *(*alloc)(size_
 
 void spindle_deque_free(spindle_deque *d, void (*dealloc)(void *, size_t, void *),
                         void *alloc_ctx) {
-    if (!d->buf) return;
+    if (!d->buf) return; /* never initialised (creation failed before it) */
     if (dealloc)
         dealloc((void *)d->buf, (size_t)(d->mask + 1) * sizeof(_Atomic(spindle_task *)), alloc_ctx);
     else

@@ -171,6 +171,15 @@ struct spindle_worker {
     spindle_counters counters;
     pthread_t thread;
     bool started;
+    /* Placement (topology.c's plan), fixed at creation. */
+    int32_t node;          /* NUMA node the worker lives on                        */
+    int32_t mem_node;      /* node its deque memory comes from                     */
+    int32_t *pin;          /* CPUs its thread is restricted to (npin 0: unpinned)  */
+    uint32_t npin;
+    uint32_t *steal;       /* other workers, nearest first                         */
+    uint32_t nsteal;
+    uint32_t *tier_start;  /* ntiers + 1 boundaries into `steal`                   */
+    uint32_t ntiers;
 };
 
 struct spindle_pool {
@@ -197,6 +206,10 @@ struct spindle_pool {
 
     /* Workers that have finished starting (name, nice); create waits for all of them. */
     _Atomic uint32_t ready;
+    void *(*alloc_on_node)(size_t, int32_t, void *);
+    void (*free_on_node)(void *, size_t, void *);
+    void *alloc_ctx;
+    _Atomic int pin_error;
     _Atomic int32_t effective_nice;
     _Atomic int nice_error;
     _Atomic int effective_policy;
@@ -226,5 +239,9 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch);
 /* Called by whoever set a latch that a worker was sleeping on. */
 void spindle_idle_wake_latch_waiter(spindle_worker *w);
 bool spindle_pool_has_pending_work(spindle_pool *pool);
+
+/* topology.c */
+#include "spindle_topology.h"
+bool spindle_topology_node_has_memory(const spindle_topology *t, uint32_t node_index);
 
 #endif /* SPINDLE_INTERNAL_H */

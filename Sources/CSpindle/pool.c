@@ -64,6 +64,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <numa.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +93,77 @@ static void abort_create(spindle_pool *pool, uint32_t started) {
     for (uint32_t i = 0; i < started; i++) pthread_join(pool->workers[i].thread, NULL);
 }
 
+/* ---- node-local memory -------------------------------------------------------------- */
+
+static void *default_alloc_on_node(size_t bytes, int32_t node, void *ctx) {
+    (void)ctx;
+    /* libnuma only where there is more than one node; numa_alloc_onnode rounds up to
+     * whole pages, which is fine for a deque ring. */
+    if (node >= 0 && numa_available() >= 0 && numa_max_node() > 0) return numa_alloc_onnode(bytes, node);
+    return malloc(bytes);
+}
+
+static void default_free_on_node(void *mem, size_t bytes, void *ctx) {
+    (void)ctx;
+    if (numa_available() >= 0 && numa_max_node() > 0)
+        numa_free(mem, bytes);
+    else
+        free(mem);
+}
+
+typedef struct node_alloc {
+    spindle_pool *pool;
+    int32_t node;
+} node_alloc;
+
+static void *deque_alloc(size_t bytes, void *ctx) {
+    node_alloc *na = ctx;
+    return na->pool->alloc_on_node(bytes, na->node, na->pool->alloc_ctx);
+}
+
+static void deque_dealloc(void *mem, size_t bytes, void *ctx) {
+    spindle_pool *pool = ctx;
+    pool->free_on_node(mem, bytes, pool->alloc_ctx);
+}
+
+/* Copies the plan's placement for worker `i` (or a flat layout when plan is NULL). */
+static int place_worker(spindle_pool *pool, const spindle_plan *plan, uint32_t i) {
+    spindle_worker *w = &pool->workers[i];
+    uint32_t n = pool->nworkers;
+    w->steal = malloc(sizeof(uint32_t) * (n ? n : 1));
+    w->tier_start = malloc(sizeof(uint32_t) * (n + 2));
+    if (!w->steal || !w->tier_start) return ENOMEM;
+    if (!plan) {
+        w->node = w->mem_node = -1;
+        for (uint32_t k = 0; k < n; k++)
+            if (k != i) w->steal[w->nsteal++] = k;
+        w->tier_start[0] = 0;
+        w->ntiers = w->nsteal ? 1 : 0;
+        w->tier_start[w->ntiers] = w->nsteal;
+        return 0;
+    }
+    w->node = spindle_plan_worker_node(plan, i);
+    w->mem_node = spindle_plan_worker_memory_node(plan, i);
+    w->nsteal = spindle_plan_steal_order(plan, i, w->steal, n);
+    w->ntiers = spindle_plan_tier_count(plan, i);
+    for (uint32_t t = 0; t <= w->ntiers; t++) w->tier_start[t] = spindle_plan_tier_start(plan, i, t);
+    w->npin = spindle_plan_worker_pin(plan, i, NULL, 0);
+    if (w->npin) {
+        w->pin = malloc(sizeof(int32_t) * w->npin);
+        if (!w->pin) return ENOMEM;
+        spindle_plan_worker_pin(plan, i, w->pin, w->npin);
+    }
+    return 0;
+}
+
 static void free_pool(spindle_pool *pool) {
-    for (uint32_t i = 0; i < pool->nworkers; i++) spindle_deque_free(&pool->workers[i].deque, NULL, NULL);
+    for (uint32_t i = 0; i < pool->nworkers; i++) {
+        spindle_worker *w = &pool->workers[i];
+        spindle_deque_free(&w->deque, deque_dealloc, pool);
+        free(w->steal);
+        free(w->tier_start);
+        free(w->pin);
+    }
     spindle_idle_destroy(&pool->idle);
     free(pool->workers);
     free(pool);
@@ -107,22 +177,44 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         spindle_config_init(&cfg);
     if (!out) return EINVAL;
     *out = NULL;
-    uint32_t n = cfg.workers ? cfg.workers : spindle_usable_cpu_count();
-    if (n > 4096) return EINVAL;
+    if (cfg.workers > 4096) return EINVAL;
     uint32_t cap = cfg.deque_capacity ? cfg.deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY;
     if (cap > (1u << 24)) return EINVAL;
     if (cfg.nice < -20 || cfg.nice > 19) return EINVAL;
     if (cfg.policy < SPINDLE_POLICY_NORMAL || cfg.policy > SPINDLE_POLICY_IDLE) return EINVAL;
+    if (cfg.pinning < SPINDLE_PIN_NODE || cfg.pinning > SPINDLE_PIN_NONE) return EINVAL;
+    if ((cfg.alloc_on_node == NULL) != (cfg.free_on_node == NULL)) return EINVAL;
+    /* Placement: the caller's plan, or one made from this machine's topology. Without
+     * a readable topology the pool still works, flat and unpinned. */
+    const spindle_plan *plan = cfg.plan;
+    spindle_plan *own_plan = NULL;
+    if (!plan) {
+        spindle_topology *topo = NULL;
+        if (spindle_topology_load(NULL, NULL, &topo) == 0) {
+            if (spindle_plan_create(topo, cfg.workers, (spindle_pinning)cfg.pinning, NULL, 0, &own_plan) == 0)
+                plan = own_plan;
+            spindle_topology_free(topo);
+        }
+    }
+    uint32_t n = plan ? spindle_plan_worker_count(plan) : (cfg.workers ? cfg.workers : spindle_usable_cpu_count());
+    if (cfg.plan && cfg.workers && cfg.workers != n) {
+        spindle_plan_free(own_plan);
+        return EINVAL;
+    }
 
     spindle_pool *pool = aligned_alloc(SPINDLE_CACHELINE, (sizeof *pool + SPINDLE_CACHELINE - 1) /
                                                               SPINDLE_CACHELINE * SPINDLE_CACHELINE);
-    if (!pool) return ENOMEM;
+    if (!pool) {
+        spindle_plan_free(own_plan);
+        return ENOMEM;
+    }
     memset(pool, 0, sizeof *pool);
     size_t wbytes = (sizeof(spindle_worker) * n + SPINDLE_CACHELINE - 1) / SPINDLE_CACHELINE *
                     SPINDLE_CACHELINE;
     pool->workers = aligned_alloc(SPINDLE_CACHELINE, wbytes);
     if (!pool->workers) {
         free(pool);
+        spindle_plan_free(own_plan);
         return ENOMEM;
     }
     memset(pool->workers, 0, wbytes);
@@ -142,10 +234,15 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->nice_error, 0);
     atomic_init(&pool->effective_policy, 0);
     atomic_init(&pool->policy_error, 0);
+    pool->alloc_on_node = cfg.alloc_on_node ? cfg.alloc_on_node : default_alloc_on_node;
+    pool->free_on_node = cfg.free_on_node ? cfg.free_on_node : default_free_on_node;
+    pool->alloc_ctx = cfg.alloc_ctx;
+    atomic_init(&pool->pin_error, 0);
     int rc = spindle_idle_init(&pool->idle, n);
     if (rc) {
         free(pool->workers);
         free(pool);
+        spindle_plan_free(own_plan);
         return rc;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -155,11 +252,15 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         w->rng = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)(uintptr_t)pool;
         if (!w->rng) w->rng = 1;
         atomic_init(&w->parker.state, 0);
-        if (spindle_deque_init(&w->deque, cap, NULL, NULL) != 0) {
+        node_alloc na = {pool, 0};
+        if (place_worker(pool, plan, i) != 0 ||
+            (na.node = w->mem_node, spindle_deque_init(&w->deque, cap, deque_alloc, &na)) != 0) {
             free_pool(pool);
+            spindle_plan_free(own_plan);
             return ENOMEM;
         }
     }
+    spindle_plan_free(own_plan);
     pool->deque_capacity = (uint32_t)(pool->workers[0].deque.mask + 1);
     for (uint32_t i = 0; i < n; i++) {
         rc = pthread_create(&pool->workers[i].thread, NULL, spindle_worker_main, &pool->workers[i]);
@@ -268,6 +369,18 @@ int spindle_submit(spindle_pool *pool, void (*fn)(void *ctx, spindle_run_reason 
 }
 
 uint32_t spindle_pool_worker_count(const spindle_pool *pool) { return pool->nworkers; }
+
+int spindle_pool_pin_error(const spindle_pool *pool) {
+    return atomic_load_explicit(&((spindle_pool *)pool)->pin_error, memory_order_relaxed);
+}
+
+uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w) {
+    return w < pool->nworkers ? pool->workers[w].ntiers : 0;
+}
+
+int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w) {
+    return w < pool->nworkers ? pool->workers[w].node : -1;
+}
 
 int spindle_pool_current_worker(const spindle_pool *pool) {
     spindle_worker *w = spindle_tls_worker;

@@ -86,26 +86,40 @@ static spindle_task *poll_injector(spindle_worker *w) {
     return batch[0];
 }
 
+/* Steals one task, nearest victims first (topology.c, P3): tier by tier, starting at
+ * a random member of each tier so that thieves spread over victims. From a worker on
+ * another node it takes a batch (up to 4: one to run, the rest onto our deque), since
+ * every cross-node trip moves cache lines across the interconnect anyway. */
 static spindle_task *steal_from_others(spindle_worker *w) {
     spindle_pool *pool = w->pool;
-    uint32_t n = pool->nworkers;
-    if (n <= 1) return NULL;
-    uint32_t start = (uint32_t)(xorshift(&w->rng) % n);
+    if (w->nsteal == 0) return NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         bool retry = false;
-        for (uint32_t k = 0; k < n; k++) {
-            uint32_t v = (start + k) % n;
-            if (v == w->index) continue;
-            spindle_worker *victim = &pool->workers[v];
-            spindle_task *t;
-            spindle_steal_result r = spindle_deque_steal(&victim->deque, &t);
-            if (r == SPINDLE_STEAL_OK) {
-                bump(&w->counters.stolen, 1);
+        for (uint32_t tier = 0; tier < w->ntiers; tier++) {
+            uint32_t lo = w->tier_start[tier], hi = w->tier_start[tier + 1];
+            uint32_t size = hi - lo;
+            if (size == 0) continue;
+            uint32_t start = (uint32_t)(xorshift(&w->rng) % size);
+            for (uint32_t k = 0; k < size; k++) {
+                spindle_worker *victim = &pool->workers[w->steal[lo + (start + k) % size]];
+                spindle_task *t;
+                spindle_steal_result r = spindle_deque_steal(&victim->deque, &t);
+                if (r == SPINDLE_STEAL_RETRY) retry = true;
+                if (r != SPINDLE_STEAL_OK) continue;
+                uint64_t got = 1;
+                if (victim->node != w->node) {
+                    for (int extra = 0; extra < 3; extra++) {
+                        spindle_task *more;
+                        if (spindle_deque_steal(&victim->deque, &more) != SPINDLE_STEAL_OK) break;
+                        spindle_deque_push(&w->deque, more, &pool->injector);
+                        got++;
+                    }
+                }
+                bump(&w->counters.stolen, got);
                 /* Several thieves may add at once: RMW. Relaxed: a statistic. */
-                atomic_fetch_add_explicit(&victim->counters.stolen_from, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&victim->counters.stolen_from, got, memory_order_relaxed);
                 return t;
             }
-            if (r == SPINDLE_STEAL_RETRY) retry = true;
         }
         if (!retry) break;
     }
@@ -229,10 +243,31 @@ static void apply_priority(spindle_worker *w) {
     }
 }
 
+/* Restricts the thread to its planned CPUs. A failure (a plan for CPUs this machine
+ * lacks, a cpuset that shrank) leaves it unpinned and is reported once per pool. */
+static void apply_pinning(spindle_worker *w) {
+    if (w->npin == 0) return;
+    cpu_set_t *set = CPU_ALLOC(8192);
+    if (!set) return;
+    size_t size = CPU_ALLOC_SIZE(8192);
+    CPU_ZERO_S(size, set);
+    for (uint32_t k = 0; k < w->npin; k++)
+        if (w->pin[k] >= 0 && w->pin[k] < 8192) CPU_SET_S((size_t)w->pin[k], size, set);
+    int rc = pthread_setaffinity_np(pthread_self(), size, set);
+    CPU_FREE(set);
+    if (rc) {
+        int expected = 0;
+        /* Relaxed: a report, read after create returns (ordered by `ready`). */
+        atomic_compare_exchange_strong_explicit(&w->pool->pin_error, &expected, rc,
+                                                memory_order_relaxed, memory_order_relaxed);
+    }
+}
+
 void *spindle_worker_main(void *arg) {
     spindle_worker *w = arg;
     spindle_tls_worker = w;
     set_thread_name(w);
+    apply_pinning(w);
     apply_priority(w);
     /* Release pairs with create's acquire: the nice report is visible once counted. */
     atomic_fetch_add_explicit(&w->pool->ready, 1, memory_order_release);

@@ -93,6 +93,12 @@ public final class ThreadPool: @unchecked Sendable {
         public var nice: Int32 = 0
         /// Linux scheduling policy of the workers (see ``SchedulingPolicy``).
         public var policy: SchedulingPolicy = .normal
+        /// How workers are tied to CPUs (default: each to its NUMA node's CPUs).
+        public var pinning: Pinning = .node
+        /// The NUMA nodes to run on (nil: every node with usable CPUs).
+        public var nodes: [Int]?
+        /// An explicit placement (overrides `workers`, `pinning` and `nodes`).
+        public var plan: PlacementPlan?
         /// Thread-name prefix (the kernel keeps 15 characters, index included).
         public var name: String = "spindle-w"
 
@@ -134,9 +140,16 @@ public final class ThreadPool: @unchecked Sendable {
         cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
         cfg.nice = configuration.nice
         cfg.policy = configuration.policy.rawValue
+        cfg.pinning = Int32(configuration.pinning.engineValue.rawValue)
+        var plan = configuration.plan
+        if plan == nil, let nodes = configuration.nodes {
+            plan = try Topology.load().plan(workers: configuration.workers, pinning: configuration.pinning, nodes: nodes)
+        }
+        if plan != nil { cfg.workers = 0 }
         var pool: OpaquePointer?
         let rc = configuration.name.withCString { name -> Int32 in
             cfg.name = name
+            cfg.plan = plan.map { $0.handle.raw }
             return spindle_pool_create(&cfg, &pool)
         }
         guard rc == 0, let pool else {
@@ -213,6 +226,13 @@ public final class ThreadPool: @unchecked Sendable {
     public var currentWorkerIndex: Int? {
         let i = spindle_pool_current_worker(raw)
         return i >= 0 ? Int(i) : nil
+    }
+
+    /// Why pinning a worker to its planned CPUs failed (for instance, a plan for CPUs
+    /// this machine does not have), or nil.
+    public var pinningError: Int32? {
+        let e = spindle_pool_pin_error(raw)
+        return e == 0 ? nil : e
     }
 
     /// The nice value the workers actually run at.

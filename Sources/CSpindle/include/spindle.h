@@ -89,6 +89,17 @@ typedef struct spindle_config {
      *  small share, so it is never starved forever). Any thread may switch to these
      *  without privilege. */
     int32_t policy;
+    /** Where workers go. NULL: a plan made at creation from the machine's topology
+     *  (SPINDLE_SYSFS_ROOT or /sys, and the process affinity) with `pinning`, for
+     *  `workers` workers. The pool copies what it needs; the caller keeps ownership. */
+    const struct spindle_plan *plan;
+    /** Pinning when `plan` is NULL: 0 node (default), 1 core, 2 none (spindle_pinning). */
+    int32_t pinning;
+    /** Allocator for per-worker memory (the deques) on a NUMA node. NULL: libnuma's
+     *  numa_alloc_onnode on a multi-node machine, malloc otherwise. A seam for tests. */
+    void *(*alloc_on_node)(size_t bytes, int32_t node, void *ctx);
+    void (*free_on_node)(void *memory, size_t bytes, void *ctx);
+    void *alloc_ctx;
     /** Thread-name prefix; NULL means "spindle-w". Workers are named prefix + index,
      *  truncated to the kernel's 15 characters. */
     const char *name;
@@ -150,6 +161,13 @@ uint32_t spindle_pool_worker_count(const spindle_pool *pool);
 /** Index of the calling thread among this pool's workers, or -1 when the caller is not
  *  one of them. */
 int spindle_pool_current_worker(const spindle_pool *pool);
+
+/** Pinning failures: 0, or the first error pthread_setaffinity_np returned (for
+ *  instance for a plan describing CPUs this machine does not have). */
+int spindle_pool_pin_error(const spindle_pool *pool);
+/** How many tiers worker `w` steals in, and the node each worker lives on. */
+uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w);
+int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w);
 
 /** The pool whose worker is the calling thread, or NULL. */
 spindle_pool *spindle_current_pool(void);

@@ -1,0 +1,161 @@
+import CSpindle
+
+/// The machine as Spindle sees it: NUMA nodes and their usable CPUs.
+///
+/// Read from sysfs — `/sys`, or the tree named by the `SPINDLE_SYSFS_ROOT` environment
+/// variable, or an explicit root — and restricted to the process's CPU affinity mask or
+/// an explicit CPU list, so that you can plan for a machine you are not running on:
+///
+/// ```swift
+/// let topo = try Topology.load(sysfsRoot: "fixtures/epyc", cpus: "0-63,128-191")
+/// let plan = try topo.plan(pinning: .core)
+/// ```
+public struct Topology: Sendable {
+    /// A NUMA node and the CPUs of it that Spindle may use.
+    public struct Node: Sendable, Equatable {
+        public let id: Int
+        public let cpus: [Int]
+    }
+
+    public let nodes: [Node]
+    /// Distance between nodes, by index into ``nodes`` (10: the same node).
+    public let distances: [[Int]]
+    /// Why the topology fell back to a single node (no NUMA support, partial sysfs),
+    /// or nil.
+    public let fallbackReason: String?
+
+    let handle: TopologyHandle
+
+    /// Errors loading a topology or planning on it.
+    public enum Error: Swift.Error, Equatable, Sendable {
+        /// The CPU list is malformed, or no CPU in it is usable.
+        case invalidCPUList(String)
+        /// The plan's arguments do not fit the topology (no such node, too many workers).
+        case invalidPlan(String)
+        case systemError(errno: Int32)
+    }
+
+    /// Reads the topology. `sysfsRoot` nil: `SPINDLE_SYSFS_ROOT` or `/sys`; `cpus` nil:
+    /// the process's affinity mask; otherwise a list such as `"0-63,128-191"`.
+    public static func load(sysfsRoot: String? = nil, cpus: String? = nil) throws -> Topology {
+        var raw: OpaquePointer?
+        let rc = withOptionalCString(sysfsRoot) { root in
+            withOptionalCString(cpus) { list in spindle_topology_load(root, list, &raw) }
+        }
+        guard rc == 0, let raw else {
+            if rc == EINVAL { throw Error.invalidCPUList(cpus ?? "(process affinity)") }
+            throw Error.systemError(errno: rc)
+        }
+        let handle = TopologyHandle(raw)
+        var nodes: [Node] = []
+        let n = spindle_topology_node_count(raw)
+        for i in 0..<n {
+            let count = spindle_topology_node_cpus(raw, i, nil, 0)
+            var cpus = [Int32](repeating: 0, count: Int(count))
+            spindle_topology_node_cpus(raw, i, &cpus, count)
+            nodes.append(Node(id: Int(spindle_topology_node_id(raw, i)), cpus: cpus.map(Int.init)))
+        }
+        let distances = (0..<n).map { a in (0..<n).map { b in Int(spindle_topology_distance(raw, a, b)) } }
+        let fallback = spindle_topology_fallback(raw).map { String(cString: $0) }
+        return Topology(nodes: nodes, distances: distances, fallbackReason: fallback, handle: handle)
+    }
+
+    /// Plans `workers` workers (nil: one per usable CPU) on the given nodes (nil: all).
+    public func plan(workers: Int? = nil, pinning: ThreadPool.Pinning = .node, nodes nodeIDs: [Int]? = nil) throws -> PlacementPlan {
+        if let w = workers, w < 1 || w > 4096 { throw Error.invalidPlan("workers must be in 1...4096, got \(w)") }
+        if let ids = nodeIDs {
+            for id in ids where !nodes.contains(where: { $0.id == id }) {
+                throw Error.invalidPlan("node \(id) has no usable CPU (known: \(nodes.map(\.id)))")
+            }
+        }
+        var raw: OpaquePointer?
+        let ids = (nodeIDs ?? []).map(Int32.init)
+        let rc = ids.withUnsafeBufferPointer { buf in
+            spindle_plan_create(handle.raw, UInt32(workers ?? 0), pinning.engineValue, buf.baseAddress, UInt32(buf.count), &raw)
+        }
+        guard rc == 0, let raw else {
+            if rc == EINVAL { throw Error.invalidPlan("rejected by the engine") }
+            throw Error.systemError(errno: rc)
+        }
+        return PlacementPlan(PlanHandle(raw))
+    }
+}
+
+/// Where a pool's workers go and whom each steals from, nearest first.
+public struct PlacementPlan: Sendable {
+    /// One worker's placement.
+    public struct Worker: Sendable, Equatable {
+        public let id: Int
+        /// The CPU it is pinned to, or nil (pinned to its node, or not pinned).
+        public let cpu: Int?
+        public let node: Int
+        /// The node its memory comes from (its own, or the nearest with memory).
+        public let memoryNode: Int
+        /// The other workers, nearest first: SMT sibling, same L3, same node, other
+        /// nodes by distance.
+        public let stealOrder: [Int]
+        /// The steal order cut into its tiers.
+        public let stealTiers: [[Int]]
+    }
+
+    public let workers: [Worker]
+    let handle: PlanHandle
+
+    init(_ handle: PlanHandle) {
+        self.handle = handle
+        let raw = handle.raw
+        let n = spindle_plan_worker_count(raw)
+        workers = (0..<n).map { w in
+            var order = [UInt32](repeating: 0, count: Int(n))
+            let k = spindle_plan_steal_order(raw, w, &order, n)
+            let steal = order.prefix(Int(k)).map(Int.init)
+            let tiers = (0..<spindle_plan_tier_count(raw, w)).map { t in
+                Array(steal[Int(spindle_plan_tier_start(raw, w, t))..<Int(spindle_plan_tier_start(raw, w, t + 1))])
+            }
+            let cpu = spindle_plan_worker_cpu(raw, w)
+            return Worker(id: Int(w), cpu: cpu >= 0 ? Int(cpu) : nil, node: Int(spindle_plan_worker_node(raw, w)),
+                          memoryNode: Int(spindle_plan_worker_memory_node(raw, w)), stealOrder: steal, stealTiers: tiers)
+        }
+    }
+}
+
+extension ThreadPool {
+    /// How workers are tied to CPUs.
+    public enum Pinning: Sendable {
+        /// Each worker may run on any CPU of its NUMA node (the default).
+        case node
+        /// Each worker is pinned to one CPU.
+        case core
+        /// Workers may run anywhere the process may.
+        case none
+
+        var engineValue: spindle_pinning {
+            switch self {
+            case .node: return SPINDLE_PIN_NODE
+            case .core: return SPINDLE_PIN_CORE
+            case .none: return SPINDLE_PIN_NONE
+            }
+        }
+    }
+}
+
+/// Owns a C topology; freed with the last copy of the Topology.
+final class TopologyHandle: @unchecked Sendable {
+    // @unchecked: immutable after load; the C object is only read.
+    let raw: OpaquePointer
+    init(_ raw: OpaquePointer) { self.raw = raw }
+    deinit { spindle_topology_free(raw) }
+}
+
+/// Owns a C plan; freed with the last copy of the PlacementPlan.
+final class PlanHandle: @unchecked Sendable {
+    // @unchecked: immutable after creation; the C object is only read.
+    let raw: OpaquePointer
+    init(_ raw: OpaquePointer) { self.raw = raw }
+    deinit { spindle_plan_free(raw) }
+}
+
+func withOptionalCString<R>(_ s: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
+    guard let s else { return body(nil) }
+    return s.withCString { body($0) }
+}

@@ -1,0 +1,166 @@
+import CSpindle
+import Foundation
+import XCTest
+
+@testable import Spindle
+
+/// Placement on machines described by the sysfs fixture trees in Fixtures/topology
+/// (made by scripts/make-topology-fixtures.py). Every expectation is written out.
+final class TopologyTests: XCTestCase {
+    func fixture(_ name: String) -> String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/topology/\(name)").path
+    }
+
+    func testTwoSocketsWithSMT() throws {
+        let topo = try Topology.load(sysfsRoot: fixture("two-socket-smt"), cpus: "0-31")
+        XCTAssertNil(topo.fallbackReason)
+        XCTAssertEqual(topo.nodes, [
+            .init(id: 0, cpus: Array(0...7) + Array(16...23)),
+            .init(id: 1, cpus: Array(8...15) + Array(24...31)),
+        ])
+        XCTAssertEqual(topo.distances, [[10, 21], [21, 10]])
+
+        let plan = try topo.plan(pinning: .core)
+        XCTAssertEqual(plan.workers.count, 32)
+        // One thread per core first: node 0's workers take 0-7, then the siblings 16-23.
+        XCTAssertEqual(plan.workers.map(\.cpu), (Array(0...7) + Array(16...23) + Array(8...15) + Array(24...31)).map { Optional($0) })
+        XCTAssertEqual(plan.workers.map(\.node), Array(repeating: 0, count: 16) + Array(repeating: 1, count: 16))
+        // Worker 0 (CPU 0): its SMT sibling (CPU 16 = worker 8), then its socket's L3, then node 1.
+        XCTAssertEqual(plan.workers[0].stealTiers, [[8], [1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15], Array(16...31)])
+        XCTAssertEqual(plan.workers[8].stealTiers, [[0], [1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15], Array(16...31)])
+        XCTAssertEqual(plan.workers[20].stealTiers, [[28], Array(16...27).filter { $0 != 20 } + Array(29...31), Array(0...15)])
+
+        // Four workers: two per node, one thread per core.
+        let small = try topo.plan(workers: 4, pinning: .core)
+        XCTAssertEqual(small.workers.map(\.cpu), [0, 1, 8, 9])
+        XCTAssertEqual(small.workers[0].stealTiers, [[1], [2, 3]])
+
+        // Node pinning: no CPU of its own, so only node tiers.
+        let byNode = try topo.plan(pinning: .node)
+        XCTAssertEqual(byNode.workers[0].cpu, nil)
+        XCTAssertEqual(byNode.workers[0].stealTiers, [Array(1...15), Array(16...31)])
+
+        // One node requested: all workers there.
+        let one = try topo.plan(workers: 6, pinning: .core, nodes: [1])
+        XCTAssertEqual(one.workers.map(\.node), Array(repeating: 1, count: 6))
+        XCTAssertThrowsError(try topo.plan(nodes: [7]))
+    }
+
+    func testAffinityMaskRestrictsNodesAndCPUs() throws {
+        let topo = try Topology.load(sysfsRoot: fixture("two-socket-smt"), cpus: "0-3")
+        XCTAssertEqual(topo.nodes, [.init(id: 0, cpus: [0, 1, 2, 3])])
+        XCTAssertEqual(try topo.plan().workers.count, 4)
+        let split = try Topology.load(sysfsRoot: fixture("two-socket-smt"), cpus: "0-1,8-13")
+        XCTAssertEqual(split.nodes.map(\.cpus), [[0, 1], [8, 9, 10, 11, 12, 13]])
+        // 4 workers over 2 + 6 CPUs: in proportion, 1 and 3.
+        XCTAssertEqual(try split.plan(workers: 4).workers.map(\.node), [0, 1, 1, 1])
+    }
+
+    func testFourCCXSingleSocketStealsWithinTheL3First() throws {
+        let topo = try Topology.load(sysfsRoot: fixture("epyc-4ccx"), cpus: "0-15")
+        XCTAssertEqual(topo.nodes.count, 1)
+        let plan = try topo.plan(pinning: .core)
+        XCTAssertEqual(plan.workers.map(\.cpu), (0...15).map { Optional($0) })
+        XCTAssertEqual(plan.workers[0].stealTiers, [[1, 2, 3], Array(4...15)])
+        XCTAssertEqual(plan.workers[5].stealTiers, [[4, 6, 7], [0, 1, 2, 3] + Array(8...15)])
+    }
+
+    func testSparseAndOfflineCPUs() throws {
+        let topo = try Topology.load(sysfsRoot: fixture("sparse-offline"), cpus: "0-7")
+        XCTAssertEqual(topo.nodes, [.init(id: 0, cpus: [0, 1]), .init(id: 1, cpus: [4, 5, 7])])
+        let plan = try topo.plan(pinning: .core)
+        XCTAssertEqual(plan.workers.map(\.cpu), [0, 1, 4, 5, 7])
+        XCTAssertEqual(plan.workers[2].stealTiers, [[3, 4], [0, 1]])
+        // Two workers over 2 + 3 CPUs: largest remainder gives one each.
+        XCTAssertEqual(try topo.plan(workers: 2).workers.map(\.node), [0, 1])
+    }
+
+    func testMemorylessNodeTakesMemoryFromTheNearestNode() throws {
+        let topo = try Topology.load(sysfsRoot: fixture("memoryless-node"), cpus: "0-11")
+        XCTAssertEqual(topo.nodes.map(\.id), [0, 1, 2])
+        let plan = try topo.plan(workers: 6)
+        XCTAssertEqual(plan.workers.map(\.node), [0, 0, 1, 1, 2, 2])
+        XCTAssertEqual(plan.workers.map(\.memoryNode), [0, 0, 0, 0, 2, 2])
+        // Other nodes by distance: from node 0, node 1 (16) before node 2 (32).
+        XCTAssertEqual(plan.workers[0].stealTiers, [[1], [2, 3], [4, 5]])
+        XCTAssertEqual(plan.workers[5].stealTiers, [[4], [2, 3], [0, 1]])
+    }
+
+    func testNoNUMAInSysfsFallsBackToOneNode() throws {
+        let topo = try Topology.load(sysfsRoot: fixture("no-numa"), cpus: "0-3")
+        XCTAssertNotNil(topo.fallbackReason)
+        XCTAssertEqual(topo.nodes, [.init(id: 0, cpus: [0, 1, 2, 3])])
+        XCTAssertEqual(try topo.plan(pinning: .core).workers.map(\.stealTiers), [[[1, 2, 3]], [[0, 2, 3]], [[0, 1, 3]], [[0, 1, 2]]])
+    }
+
+    func testBadCPUListsAreErrors() {
+        XCTAssertThrowsError(try Topology.load(sysfsRoot: fixture("epyc-4ccx"), cpus: "0-x"))
+        XCTAssertThrowsError(try Topology.load(sysfsRoot: fixture("epyc-4ccx"), cpus: "100-200"), "no usable CPU")
+    }
+
+    func testThisMachineHasAUsablePlan() throws {
+        let topo = try Topology.load()
+        XCTAssertFalse(topo.nodes.isEmpty)
+        XCTAssertEqual(topo.nodes.reduce(0) { $0 + $1.cpus.count }, Int(spindle_usable_cpu_count()))
+    }
+
+    /// A pool built from a fixture plan allocates each worker's deque on the planned
+    /// node — observed through the allocator seam — and reports that it could not pin
+    /// to CPUs this machine does not have, while still running work.
+    func testPoolAllocatesOnPlannedNodesThroughTheSeam() throws {
+        let topo = try Topology.load(sysfsRoot: fixture("memoryless-node"), cpus: "0-11")
+        let plan = try topo.plan(workers: 6, pinning: .core)
+        AllocationLog.reset()
+        var cfg = spindle_config()
+        spindle_config_init(&cfg)
+        cfg.plan = plan.handle.raw
+        cfg.alloc_on_node = { bytes, node, _ in AllocationLog.record(node); return malloc(bytes) }
+        cfg.free_on_node = { mem, _, _ in free(mem) }
+        var raw: OpaquePointer?
+        XCTAssertEqual(spindle_pool_create(&cfg, &raw), 0)
+        let pool = try XCTUnwrap(raw)
+        defer { spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) }
+        XCTAssertEqual(AllocationLog.nodes, [0, 0, 0, 0, 2, 2], "deques on the memory node of each worker")
+        XCTAssertEqual((0..<6).map { spindle_pool_worker_node(pool, $0) }, [0, 0, 1, 1, 2, 2])
+        XCTAssertEqual(spindle_pool_steal_tiers(pool, 0), 3)
+        if spindle_usable_cpu_count() < 12 {
+            XCTAssertEqual(spindle_pool_pin_error(pool), EINVAL, "CPUs 4-11 do not exist here: pinning must report it")
+        }
+        // It still runs work (unpinned where pinning failed).
+        let sem = DispatchSemaphore(value: 0)
+        let ctx = Unmanaged.passRetained(sem).toOpaque()
+        XCTAssertEqual(spindle_submit(pool, { ctx, _ in Unmanaged<DispatchSemaphore>.fromOpaque(ctx!).takeRetainedValue().signal() }, ctx), 0)
+        XCTAssertEqual(sem.wait(timeout: .now() + 10), .success)
+    }
+
+    /// A process restricted to one CPU gets a one-worker pool (run in a child process
+    /// under `taskset -c 0`).
+    func testOneCPUAffinityGivesOneWorker() throws {
+        if ProcessInfo.processInfo.environment["SPINDLE_AFFINITY_PROBE"] != nil {
+            print("WORKERS=\(try ThreadPool().workerCount)")
+            return
+        }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
+        p.arguments = ["-c", "0", CommandLine.arguments[0], "SpindleTests.TopologyTests/testOneCPUAffinityGivesOneWorker"]
+        var env = ProcessInfo.processInfo.environment
+        env["SPINDLE_AFFINITY_PROBE"] = "1"
+        p.environment = env
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0, text)
+        XCTAssertTrue(text.contains("WORKERS=1"), text)
+    }
+}
+
+/// Nodes the test allocator was asked for, in order (creation is single-threaded).
+enum AllocationLog {
+    nonisolated(unsafe) static var nodes: [Int32] = []
+    static func reset() { nodes = [] }
+    static func record(_ node: Int32) { nodes.append(node) }
+}
