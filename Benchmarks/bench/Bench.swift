@@ -18,6 +18,18 @@ struct Bench: ParsableCommand {
     static let allCases = ["submit", "fork-join", "parallel-for", "operation-throughput", "serial-queue",
                            "dependency-chain", "latency", "qos-under-load", "idle-cpu"]
 
+    @Argument(help: "'topology' prints the detected topology and the placement plan instead of running the timed cases.")
+    var mode: String?
+
+    @Option(help: "topology: plan for the machine described by this sysfs tree (default: SPINDLE_SYSFS_ROOT or /sys).")
+    var sysfs: String?
+
+    @Option(help: "topology: plan for this CPU list, e.g. 0-63,128-191 (default: this process's affinity).")
+    var cpus: String?
+
+    @Option(help: "topology: pinning mode: node, core or none.")
+    var pinning: String = "node"
+
     @Flag(help: "Small sizes and few repetitions: the whole suite in under a minute.")
     var quick = false
 
@@ -46,6 +58,8 @@ struct Bench: ParsableCommand {
     var plot: String?
 
     func validate() throws {
+        if let mode, mode != "topology" { throw ValidationError("unknown mode '\(mode)'; the only mode is 'topology' (run without it for the timed cases)") }
+        if !["node", "core", "none"].contains(pinning) { throw ValidationError("--pinning must be node, core or none") }
         if let t = tasks, t < 1 { throw ValidationError("--tasks must be at least 1") }
         if let r = reps, r < 1 { throw ValidationError("--reps must be at least 1") }
         if let w = workers, w < 1 { throw ValidationError("--workers must be at least 1") }
@@ -60,6 +74,13 @@ struct Bench: ParsableCommand {
     }
 
     func run() throws {
+        if mode == "topology" {
+            let topo = try Topology.load(sysfsRoot: sysfs, cpus: cpus)
+            let pin: ThreadPool.Pinning = pinning == "core" ? .core : pinning == "none" ? .none : .node
+            let text = renderTopology(topo, try topo.plan(workers: workers, pinning: pin), format: format)
+            if let output { try text.write(toFile: output, atomically: true, encoding: .utf8) } else { print(text, terminator: "") }
+            return
+        }
         let pool = try ThreadPool(workers: workers)
         let machine = Machine.detect(cpus: pool.workerCount)
         let reps = self.reps ?? (quick ? 5 : 15)
