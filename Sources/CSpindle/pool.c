@@ -73,6 +73,7 @@
 
 void spindle_config_init(spindle_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
+    cfg->nice = SPINDLE_NICE_INHERIT;
 }
 
 uint32_t spindle_usable_cpu_count(void) {
@@ -180,7 +181,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     if (cfg.workers > 4096) return EINVAL;
     uint32_t cap = cfg.deque_capacity ? cfg.deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY;
     if (cap > (1u << 24)) return EINVAL;
-    if (cfg.nice < -20 || cfg.nice > 19) return EINVAL;
+    if (cfg.nice != SPINDLE_NICE_INHERIT && (cfg.nice < -20 || cfg.nice > 19)) return EINVAL;
     if (cfg.policy < SPINDLE_POLICY_NORMAL || cfg.policy > SPINDLE_POLICY_IDLE) return EINVAL;
     if (cfg.pinning < SPINDLE_PIN_NODE || cfg.pinning > SPINDLE_PIN_NONE) return EINVAL;
     if ((cfg.alloc_on_node == NULL) != (cfg.free_on_node == NULL)) return EINVAL;

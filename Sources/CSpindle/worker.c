@@ -227,7 +227,7 @@ static void apply_priority(spindle_worker *w) {
                                                     memory_order_relaxed, memory_order_relaxed);
         }
     }
-    if (pool->requested_nice != 0 &&
+    if (pool->requested_nice != SPINDLE_NICE_INHERIT &&
         setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0) {
         int err = errno, expected = 0;
         /* Relaxed: as above. */

@@ -87,10 +87,10 @@ public final class ThreadPool: @unchecked Sendable {
         public var dequeCapacity: Int = 256
         /// How long an idle worker keeps looking for work before it sleeps.
         public var spin: Duration = .microseconds(50)
-        /// Nice value the workers run at (Linux, per thread). Negative values need
-        /// privilege; when refused, workers stay at their inherited nice and
-        /// ``niceError`` says why.
-        public var nice: Int32 = 0
+        /// Nice value the workers run at (Linux, per thread); nil keeps the nice of the
+        /// thread that creates the pool. Negative values need privilege; when refused,
+        /// workers stay at their inherited nice and ``niceError`` says why.
+        public var nice: Int32? = nil
         /// Linux scheduling policy of the workers (see ``SchedulingPolicy``).
         public var policy: SchedulingPolicy = .normal
         /// How workers are tied to CPUs (default: each to its NUMA node's CPUs).
@@ -105,9 +105,13 @@ public final class ThreadPool: @unchecked Sendable {
         public init(workers: Int? = nil) { self.workers = workers }
     }
 
-    /// The process-wide pool, created on first use with one worker per usable CPU.
+    /// The process-wide pool, created on first use with one worker per usable CPU. It
+    /// is also the worker set of the `.default` quality of service, so it runs at nice
+    /// 0 whichever thread happens to create it.
     public static let shared: ThreadPool = {
-        do { return try ThreadPool(configuration: Configuration()) } catch {
+        var c = Configuration()
+        c.nice = 0
+        do { return try ThreadPool(configuration: c) } catch {
             fatalError("Spindle could not start its shared thread pool: \(error)")
         }
     }()
@@ -125,8 +129,8 @@ public final class ThreadPool: @unchecked Sendable {
         guard configuration.dequeCapacity >= 1, configuration.dequeCapacity <= 1 << 24 else {
             throw Error.invalidConfiguration("dequeCapacity must be in 1...\(1 << 24), got \(configuration.dequeCapacity)")
         }
-        guard (-20...19).contains(configuration.nice) else {
-            throw Error.invalidConfiguration("nice must be in -20...19, got \(configuration.nice)")
+        if let nice = configuration.nice, !(-20...19).contains(nice) {
+            throw Error.invalidConfiguration("nice must be in -20...19, got \(nice)")
         }
         let spinNs = configuration.spin.components.seconds * 1_000_000_000
             + configuration.spin.components.attoseconds / 1_000_000_000
@@ -138,7 +142,7 @@ public final class ThreadPool: @unchecked Sendable {
         cfg.workers = UInt32(configuration.workers ?? 0)
         cfg.deque_capacity = UInt32(configuration.dequeCapacity)
         cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
-        cfg.nice = configuration.nice
+        cfg.nice = configuration.nice ?? Int32.min // SPINDLE_NICE_INHERIT
         cfg.policy = configuration.policy.rawValue
         cfg.pinning = Int32(configuration.pinning.engineValue.rawValue)
         var plan = configuration.plan

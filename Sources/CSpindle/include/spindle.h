@@ -78,9 +78,11 @@ typedef struct spindle_config {
     /** How long a searching worker keeps looking for work before it parks, in
      *  nanoseconds; 0 means the default (SPINDLE_DEFAULT_SPIN_NS). */
     uint32_t spin_ns;
-    /** Nice value each worker applies to itself at start; 0 leaves the inherited one.
-     *  A refused negative value (EACCES/EPERM) leaves the worker at its inherited nice
-     *  and is reported through `spindle_pool_nice_status`. */
+    /** Nice value each worker applies to itself at start, or SPINDLE_NICE_INHERIT (the
+     *  default) to keep the creating thread's — threads inherit nice at creation, so a
+     *  pool created from a re-niced thread would otherwise silently run at its nice.
+     *  A refused value (EACCES for a negative nice without privilege) leaves the worker
+     *  at its inherited nice and is reported by spindle_pool_nice_error. */
     int32_t nice;
     /** Linux scheduling policy of the workers: SPINDLE_POLICY_NORMAL (SCHED_OTHER,
      *  the default), SPINDLE_POLICY_BATCH (SCHED_BATCH: throughput work, no wake-up
@@ -106,6 +108,7 @@ typedef struct spindle_config {
 } spindle_config;
 
 enum { SPINDLE_POLICY_NORMAL = 0, SPINDLE_POLICY_BATCH = 1, SPINDLE_POLICY_IDLE = 2 };
+#define SPINDLE_NICE_INHERIT INT32_MIN
 
 #define SPINDLE_DEFAULT_DEQUE_CAPACITY 256u
 #define SPINDLE_DEFAULT_SPIN_NS 50000u
