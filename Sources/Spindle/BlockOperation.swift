@@ -37,6 +37,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
         blocks.locked { b in (b.first.map { [$0] } ?? []) + b.more }
     }
 
+    /// Runs every block — concurrently on the pool when there are several — and returns when all have returned.
     open override func main() {
         let all = blocks.locked { b -> [@Sendable () -> Void] in
             guard let first = b.first else { return [] }

@@ -10,6 +10,7 @@ public enum InvocationOperationError: Error, Equatable, Sendable, CustomStringCo
     /// The operation has not finished yet.
     case notFinished
 
+    /// A sentence naming the problem.
     public var description: String {
         switch self {
         case .cancelled: return "the invocation operation was cancelled, so it has no result"
@@ -53,6 +54,7 @@ open class InvocationOperation: Operation, @unchecked Sendable {
         returnsVoid = Output.self == Void.self
     }
 
+    /// Calls the function and keeps its result (or the error it threw) for ``result``.
     open override func main() {
         let r: Result<Any, Error>
         do { r = .success(try invoke()) } catch { r = .failure(error) }

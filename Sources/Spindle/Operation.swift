@@ -34,6 +34,7 @@ open class Operation: @unchecked Sendable {
         case high = 4
         case veryHigh = 8
 
+        /// Orders priorities from ``veryLow`` to ``veryHigh``.
         public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
 
         /// 0 (veryLow) ... 4 (veryHigh): the index of the queue's ready list.
@@ -111,6 +112,7 @@ open class Operation: @unchecked Sendable {
     var queueStarted = false
     var queueRetired = false
 
+    /// Creates an operation that is ready (no dependencies), not cancelled, in no queue.
     public init() {}
 
     deinit {
@@ -126,7 +128,7 @@ open class Operation: @unchecked Sendable {
 
     // MARK: - Subclassing points
 
-    /// Performs the operation's work. The default does nothing. Called by ``start()``
+    /// Performs the operation's work. The default does nothing. Called by ``Operation/start()``
     /// unless the operation was cancelled first.
     open func main() {}
 

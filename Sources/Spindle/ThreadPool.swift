@@ -55,6 +55,7 @@ public final class ThreadPool: @unchecked Sendable {
         /// The operating system refused a resource (thread, memory); `errno` says which.
         case systemError(errno: Int32)
 
+        /// A sentence naming the problem.
         public var description: String {
             switch self {
             case .shutDown: return "the thread pool has been shut down; the work was not queued"
@@ -102,6 +103,7 @@ public final class ThreadPool: @unchecked Sendable {
         /// Thread-name prefix (the kernel keeps 15 characters, index included).
         public var name: String = "spindle-w"
 
+        /// The defaults, with `workers` workers (nil: one per usable CPU).
         public init(workers: Int? = nil) { self.workers = workers }
     }
 

@@ -13,10 +13,13 @@ import CSpindle
 public struct Topology: Sendable {
     /// A NUMA node and the CPUs of it that Spindle may use.
     public struct Node: Sendable, Equatable {
+        /// The node's id in sysfs.
         public let id: Int
+        /// Its usable CPUs, ascending.
         public let cpus: [Int]
     }
 
+    /// Nodes with usable CPUs, by ascending id.
     public let nodes: [Node]
     /// Distance between nodes, by index into ``nodes`` (10: the same node).
     public let distances: [[Int]]
@@ -85,9 +88,11 @@ public struct Topology: Sendable {
 public struct PlacementPlan: Sendable {
     /// One worker's placement.
     public struct Worker: Sendable, Equatable {
+        /// The worker's index in the pool.
         public let id: Int
         /// The CPU it is pinned to, or nil (pinned to its node, or not pinned).
         public let cpu: Int?
+        /// The NUMA node it runs on.
         public let node: Int
         /// The node its memory comes from (its own, or the nearest with memory).
         public let memoryNode: Int
@@ -98,6 +103,7 @@ public struct PlacementPlan: Sendable {
         public let stealTiers: [[Int]]
     }
 
+    /// The workers, by index.
     public let workers: [Worker]
     let handle: PlanHandle
 
