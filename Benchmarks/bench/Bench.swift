@@ -36,6 +36,9 @@ struct Bench: ParsableCommand {
     @Option(help: "Comma-separated cases to run (default: all). Known: \(Bench.allCases.joined(separator: ", ")).")
     var cases: String?
 
+    @Option(help: "Comma-separated systems to run within each case (default: all; the reference is always run, since ratios need it).")
+    var systems: String?
+
     @Option(help: "Tasks per repetition (overrides each case's default).")
     var tasks: Int?
 
@@ -74,6 +77,9 @@ struct Bench: ParsableCommand {
     }
 
     func run() throws {
+        if let systems {
+            systemFilter = Set(systems.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        }
         if mode == "topology" {
             let topo = try Topology.load(sysfsRoot: sysfs, cpus: cpus)
             let pin: ThreadPool.Pinning = pinning == "core" ? .core : pinning == "none" ? .none : .node

@@ -74,8 +74,12 @@ func progress(_ s: String) {
 /// Runs every system once to warm up, then `reps` repetitions in alternation (A B, then
 /// B A, ...), so that drift of a shared, noisy machine hits every system alike; ratios
 /// are taken per repetition against `reference` and their median reported.
+/// Systems selected with --systems (nil: all). The reference always runs.
+nonisolated(unsafe) var systemFilter: Set<String>?
+
 func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [String] = [],
-             _ systems: [SystemRun]) throws -> CaseResult {
+             _ allSystems: [SystemRun]) throws -> CaseResult {
+    let systems = allSystems.filter { systemFilter == nil || systemFilter!.contains($0.name) || $0.name == reference }
     progress("[\(name)] warm-up")
     for s in systems { _ = try s.run() }
     var samples = [String: [Double]]()
