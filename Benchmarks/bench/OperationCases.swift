@@ -11,26 +11,14 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
     let dispatchName = width == 1 ? "dispatch-serial" : "dispatch"
     return try measure(name, tasks: tasks, reps: reps, reference: dispatchName, alsoVs: ["foundation"], [
         SystemRun(name: "spindle") {
-            let q = Spindle.OperationQueue()
-            if let width { q.maxConcurrentOperationCount = width }
-            let c = Countdown(tasks)
-            let t0 = now()
-            for _ in 0..<tasks { q.addOperation { c.hit() } }
-            q.waitUntilAllOperationsAreFinished()
-            let t = Double(now() - t0)
-            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("\(name): spindle lost operations") }
-            return t
+            try addAndWait(tasks, name: name, who: "spindle", queue: Spindle.OperationQueue(), width: width,
+                           setWidth: { $0.maxConcurrentOperationCount = $1 },
+                           add: { $0.addOperation($1) }, wait: { $0.waitUntilAllOperationsAreFinished() })
         },
         SystemRun(name: "foundation") {
-            let q = Foundation.OperationQueue()
-            if let width { q.maxConcurrentOperationCount = width }
-            let c = Countdown(tasks)
-            let t0 = now()
-            for _ in 0..<tasks { q.addOperation { c.hit() } }
-            q.waitUntilAllOperationsAreFinished()
-            let t = Double(now() - t0)
-            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("\(name): foundation lost operations") }
-            return t
+            try addAndWait(tasks, name: name, who: "foundation", queue: Foundation.OperationQueue(), width: width,
+                           setWidth: { $0.maxConcurrentOperationCount = $1 },
+                           add: { $0.addOperation($1) }, wait: { $0.waitUntilAllOperationsAreFinished() })
         },
         SystemRun(name: dispatchName) {
             let c = Countdown(tasks)
@@ -45,6 +33,20 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
             return t
         },
     ])
+}
+
+/// N `add { }` on `queue` from this thread, then `wait`; the same for either queue type.
+private func addAndWait<Q>(_ tasks: Int, name: String, who: String, queue: Q, width: Int?,
+                           setWidth: (Q, Int) -> Void, add: (Q, @escaping @Sendable () -> Void) -> Void,
+                           wait: (Q) -> Void) throws -> Double {
+    if let width { setWidth(queue, width) }
+    let c = Countdown(tasks)
+    let t0 = now()
+    for _ in 0..<tasks { add(queue) { c.hit() } }
+    wait(queue)
+    let t = Double(now() - t0)
+    guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("\(name): \(who) lost operations") }
+    return t
 }
 
 /// A chain of N operations, each depending on the previous, added in reverse order

@@ -9,21 +9,11 @@ import XCTest
 /// this same test binary, asked (through SPINDLE_MISUSE) to run `MisuseProbe` only.
 final class MisuseTests: XCTestCase {
     func expectTrap(_ name: String, message: String, file: StaticString = #filePath, line: UInt = #line) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
-        p.arguments = ["SpindleTests.MisuseProbe/testProbe"]
         var env = ProcessInfo.processInfo.environment
         env["SPINDLE_MISUSE"] = name
         env["SWIFT_BACKTRACE"] = "enable=no"
-        p.environment = env
-        let err = Pipe()
-        p.standardError = err
-        p.standardOutput = err
-        try p.run()
-        let data = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        let out = String(decoding: data, as: UTF8.self)
-        XCTAssertNotEqual(p.terminationStatus, 0, "\(name): the misuse did not trap", file: file, line: line)
+        let (status, out) = try runChild(CommandLine.arguments[0], ["SpindleTests.MisuseProbe/testProbe"], environment: env)
+        XCTAssertNotEqual(status, 0, "\(name): the misuse did not trap", file: file, line: line)
         XCTAssertTrue(out.contains(message), "\(name): trap message should contain '\(message)'; got:\n\(out.suffix(600))", file: file, line: line)
         XCTAssertFalse(out.contains("PROBE-SURVIVED"), "\(name): the probe went on after the misuse", file: file, line: line)
     }

@@ -54,18 +54,12 @@ final class QoSTests: XCTestCase {
         }
         guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { throw XCTSkip("no setpriv") }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        p.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                       CommandLine.arguments[0], "SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice"]
-        p.environment = ["SPINDLE_QOS_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"]
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        XCTAssertEqual(p.terminationStatus, 0, text)
+        let (status, text) = try runChild(
+            "/usr/bin/setpriv",
+            ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CommandLine.arguments[0],
+             "SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice"],
+            environment: ["SPINDLE_QOS_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
+        XCTAssertEqual(status, 0, text)
         func line(_ qos: QualityOfService) -> String? {
             text.split(separator: "\n").first { $0.hasPrefix("QOS \(qos.rawValue) ") }.map(String.init)
         }

@@ -28,6 +28,22 @@ func residentBytes() -> Int {
     return (Int(parts.count > 1 ? parts[1] : "0") ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
 }
 
+/// Runs a child process to completion; returns its exit status and everything it
+/// printed (stdout and stderr together).
+func runChild(_ executable: String, _ arguments: [String], environment: [String: String]) throws -> (status: Int32, output: String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable)
+    p.arguments = arguments
+    p.environment = environment
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = out
+    try p.run()
+    let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    p.waitUntilExit()
+    return (p.terminationStatus, text)
+}
+
 /// Runs `body` on `count` fresh threads at once and waits for them all.
 func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
     let group = DispatchGroup()

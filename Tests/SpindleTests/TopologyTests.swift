@@ -141,19 +141,11 @@ final class TopologyTests: XCTestCase {
             print("WORKERS=\(try ThreadPool().workerCount)")
             return
         }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
-        p.arguments = ["-c", "0", CommandLine.arguments[0], "SpindleTests.TopologyTests/testOneCPUAffinityGivesOneWorker"]
         var env = ProcessInfo.processInfo.environment
         env["SPINDLE_AFFINITY_PROBE"] = "1"
-        p.environment = env
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        XCTAssertEqual(p.terminationStatus, 0, text)
+        let (status, text) = try runChild("/usr/bin/taskset", ["-c", "0", CommandLine.arguments[0],
+                                                              "SpindleTests.TopologyTests/testOneCPUAffinityGivesOneWorker"], environment: env)
+        XCTAssertEqual(status, 0, text)
         XCTAssertTrue(text.contains("WORKERS=1"), text)
     }
 }
