@@ -170,7 +170,6 @@ struct spindle_worker {
     SPINDLE_ALIGNED spindle_parker parker;
     spindle_counters counters;
     pthread_t thread;
-    bool started;
     /* Placement (topology.c's plan), fixed at creation. */
     int32_t node;          /* NUMA node the worker lives on                        */
     int32_t mem_node;      /* node its deque memory comes from                     */

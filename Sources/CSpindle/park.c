@@ -17,8 +17,9 @@
  *    - Whoever makes work available (a submit, a local push, an overflow) calls
  *      notify_one, which wakes a sleeper only if nobody is searching and somebody is
  *      parked. One searcher is enough: when a searcher finds work it stops searching,
- *      and if it was the *last* searcher it wakes the next one (S2), which keeps the
- *      wake-ups flowing one at a time as long as there is work to share.
+ *      and if it was the *last* searcher and more work is pending it wakes the next
+ *      one (S2), which keeps the wake-ups flowing one at a time as long as there is
+ *      work to share — and costs nothing when there is not (worker.c, found_work).
  *    - A worker that parks decrements `unparked` (and `searching`, if it was one) under
  *      `lock` and pushes itself on `sleepers`; notify_one pops a sleeper and increments
  *      both counts under the same lock, so the counts and the stack always agree.

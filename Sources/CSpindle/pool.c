@@ -24,7 +24,13 @@
  * worker that runs dry first *searches* (steals, polls the injector) for up to 50 µs,
  * then parks on its own futex. At most half the workers search at once; a producer
  * wakes a sleeper only when nobody is searching; the last searcher to find work wakes
- * the next. The Dekker-style argument that no wake-up is lost is at the top of park.c.
+ * the next if more is pending. The Dekker-style argument that no wake-up is lost is
+ * at the top of park.c.
+ *
+ * Placement (topology.c). Workers are spread over NUMA nodes in proportion to their
+ * usable CPUs, restricted to their node's CPUs (or one CPU each), with their deque on
+ * their node; a thief tries its SMT sibling, then its L3, then its node, then other
+ * nodes by distance, taking a small batch when it crosses nodes.
  *
  * Rejected alternatives
  *   - One shared queue with a mutex (Foundation's OperationQueue, a plain pthread
@@ -270,7 +276,6 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
             free_pool(pool);
             return rc;
         }
-        pool->workers[i].started = true;
     }
     /* Wait until every worker has named itself and applied its nice, so that the nice
      * report is final when we return. Acquire pairs with the workers' release. */

@@ -391,14 +391,12 @@ open class Operation: @unchecked Sendable {
         return "operation \(type(of: self)) \(ObjectIdentifier(self))"
     }
 
+    /// Runs `body` on the out-of-line fields, creating them on first use, under the lock.
     func withExtras(_ body: (Extras) -> Void) {
-        let e = guarded.locked { g -> Extras in
-            if let e = g.extras { return e }
-            let e = Extras()
-            g.extras = e
-            return e
+        guarded.locked { g in
+            if g.extras == nil { g.extras = Extras() }
+            body(g.extras!)
         }
-        guarded.locked { _ in body(e) }
     }
 
     func notify(_ change: StateChange) {
