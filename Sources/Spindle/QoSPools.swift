@@ -64,7 +64,7 @@ enum QoSPools {
             c.policy = qos == .background ? .idle : qos == .utility ? .batch : .normal
             c.name = name(for: qos)
             let made: ThreadPool
-            do { made = try ThreadPool(configuration: c) } catch {
+            do { made = try ThreadPool(configuration: c, processWide: true) } catch {
                 fatalError("Spindle could not start the worker set for \(qos): \(error)")
             }
             p[key] = made

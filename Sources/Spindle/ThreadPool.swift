@@ -33,6 +33,8 @@ public final class ThreadPool: @unchecked Sendable {
     @usableFromInline let raw: OpaquePointer
     /// Threads in this pool.
     public let workerCount: Int
+    /// Set for ``shared`` and the quality-of-service pools, which cannot be shut down.
+    let isProcessWide: Bool
 
     /// What happens to queued work when the pool shuts down.
     public enum ShutdownMode: Sendable {
@@ -50,6 +52,9 @@ public final class ThreadPool: @unchecked Sendable {
         /// ``shutdown(_:)`` was called from one of the pool's own workers, where
         /// waiting for the workers to exit would wait forever.
         case shutdownFromOwnWorker
+        /// ``shutdown(_:)`` was called on ``ThreadPool/shared`` or a quality-of-service
+        /// pool: every ``OperationQueue`` in the process runs on them.
+        case processWidePool
         /// The configuration was rejected (value out of range).
         case invalidConfiguration(String)
         /// The operating system refused a resource (thread, memory); `errno` says which.
@@ -61,6 +66,8 @@ public final class ThreadPool: @unchecked Sendable {
             case .shutDown: return "the thread pool has been shut down; the work was not queued"
             case .shutdownFromOwnWorker:
                 return "ThreadPool.shutdown() was called from one of the pool's own workers, which would wait for itself"
+            case .processWidePool:
+                return "ThreadPool.shutdown() was called on a process-wide pool (shared or per quality of service), which every OperationQueue uses"
             case .invalidConfiguration(let why): return "invalid ThreadPool configuration: \(why)"
             case .systemError(let e): return "the system refused a thread-pool resource (errno \(e))"
             }
@@ -113,7 +120,7 @@ public final class ThreadPool: @unchecked Sendable {
     public static let shared: ThreadPool = {
         var c = Configuration()
         c.nice = 0
-        do { return try ThreadPool(configuration: c) } catch {
+        do { return try ThreadPool(configuration: c, processWide: true) } catch {
             fatalError("Spindle could not start its shared thread pool: \(error)")
         }
     }()
@@ -124,7 +131,11 @@ public final class ThreadPool: @unchecked Sendable {
     }
 
     /// Creates a pool from a full configuration.
-    public init(configuration: Configuration) throws {
+    public convenience init(configuration: Configuration) throws {
+        try self.init(configuration: configuration, processWide: false)
+    }
+
+    init(configuration: Configuration, processWide: Bool) throws {
         if let w = configuration.workers, w < 1 || w > 4096 {
             throw Error.invalidConfiguration("workers must be in 1...4096, got \(w)")
         }
@@ -164,6 +175,7 @@ public final class ThreadPool: @unchecked Sendable {
         }
         self.raw = pool
         self.workerCount = Int(spindle_pool_worker_count(pool))
+        self.isProcessWide = processWide
     }
 
     deinit {
@@ -212,8 +224,10 @@ public final class ThreadPool: @unchecked Sendable {
     /// ``Error/shutDown`` from the moment shutdown begins. Calling it again, or
     /// concurrently, returns at once.
     ///
-    /// - Throws: ``Error/shutdownFromOwnWorker`` when called from a pool task.
+    /// - Throws: ``Error/shutdownFromOwnWorker`` when called from a pool task;
+    ///   ``Error/processWidePool`` for ``shared`` and the quality-of-service pools.
     public func shutdown(_ mode: ShutdownMode = .drain) throws {
+        if isProcessWide { throw Error.processWidePool }
         let rc = spindle_pool_shutdown(raw, mode == .drain ? SPINDLE_SHUTDOWN_DRAIN : SPINDLE_SHUTDOWN_CANCEL)
         switch rc {
         case 0, EALREADY: return

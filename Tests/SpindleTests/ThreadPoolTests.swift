@@ -251,6 +251,14 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
     }
 
+    func testProcessWidePoolsCannotBeShutDown() {
+        XCTAssertThrowsError(try ThreadPool.shared.shutdown()) { XCTAssertEqual($0 as? ThreadPool.Error, .processWidePool) }
+        XCTAssertThrowsError(try ThreadPool.forQualityOfService(.utility).shutdown(.cancel)) {
+            XCTAssertEqual($0 as? ThreadPool.Error, .processWidePool)
+        }
+        XCTAssertFalse(ThreadPool.shared.isShuttingDown)
+    }
+
     func testInvalidConfigurationIsReported() {
         XCTAssertThrowsError(try ThreadPool(workers: 0))
         var c = ThreadPool.Configuration()
