@@ -486,6 +486,8 @@ enum OpTask {
         }), count: 1)
         (raw + offset).initializeMemory(as: Payload.self, repeating: Payload(queue: .passRetained(queue), op: .passRetained(op)), count: 1)
         let rc = spindle_submit_task(pool.raw, task)
-        precondition(rc == 0, "Spindle: the pool for operations refused work (it was shut down)")
+        // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool), so this
+        // cannot fail short of a bug in the engine.
+        precondition(rc == 0, "Spindle: a process-wide pool refused an operation (engine bug, rc \(rc))")
     }
 }

@@ -16,9 +16,13 @@ enum Stress {
     static let isTSan: Bool = ProcessInfo.processInfo.environment["SPINDLE_TSAN"] == "1"
 }
 
-/// Threads of this process, from /proc/self/task.
-func processThreadCount() -> Int {
-    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
+/// Names of this process's threads, from /proc/self/task/*/comm.
+func threadNames() -> [String] {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    return tasks.compactMap {
+        (try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
 }
 
 /// Resident set size of this process, in bytes.
