@@ -1,0 +1,81 @@
+import Foundation
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// Dependents are referenced without retaining them (Operation.swift, `Dependents`):
+/// these tests go after the ways that could touch freed memory or go quadratic.
+final class DependencyEdgeTests: XCTestCase {
+    func testDependentsDroppedBeforeTheirDependencyFinishes() {
+        let a = BlockOperation {}
+        for _ in 0..<1000 {
+            let b = BlockOperation {}
+            b.addDependency(a) // b is released at the end of each turn, a still pending
+        }
+        let survivor = BlockOperation {}
+        survivor.addDependency(a)
+        a.start() // must touch only the survivor
+        XCTAssertTrue(survivor.isReady)
+    }
+
+    func testWideFanOutCancelledEnMasseStaysLinear() {
+        // 50 000 queued operations waiting for one gate, all cancelled: each finishes,
+        // is released and leaves the gate's dependents; then the gate finishes.
+        let n = Stress.count(50_000)
+        let gate = BlockOperation {}
+        let q = OperationQueue()
+        let completed = Atomic<Int>(0)
+        for _ in 0..<n {
+            let op = BlockOperation {}
+            op.addDependency(gate)
+            op.completionBlock = { completed.add(1, ordering: .relaxed) }
+            q.addOperation(op)
+        }
+        let start = Date()
+        q.cancelAllOperations()
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(completed.load(ordering: .relaxed), n)
+        gate.start()
+        // Quadratic removal would take minutes at this size; linear takes well under one.
+        XCTAssertLessThan(Date().timeIntervalSince(start), 30)
+    }
+
+    func testDependentReleasedWhileItsDependencyFinishesOnAnotherThread() {
+        // The race the design argues about: the last reference to a dependent goes away
+        // on one thread while its dependency finishes on another. Run under TSan in CI.
+        for _ in 0..<Stress.count(2_000) {
+            let a = BlockOperation {}
+            var b: BlockOperation? = BlockOperation {}
+            b!.addDependency(a)
+            let go = Atomic<Int>(0)
+            let box = UncheckedBox(a)
+            let t = Thread {
+                go.add(1, ordering: .acquiringAndReleasing)
+                while go.load(ordering: .acquiring) < 2 {}
+                box.value.start()
+            }
+            t.start()
+            while go.load(ordering: .acquiring) < 1 {}
+            go.add(1, ordering: .acquiringAndReleasing)
+            b = nil
+            a.waitUntilFinished()
+            XCTAssertNil(b)
+        }
+    }
+
+    func testQueuedDependentsOfAWideFanOutAllRun() {
+        let n = 5_000
+        let gate = BlockOperation { usleep(5_000) }
+        let q = OperationQueue()
+        let ran = Atomic<Int>(0)
+        for _ in 0..<n {
+            let op = BlockOperation { ran.add(1, ordering: .relaxed) }
+            op.addDependency(gate)
+            q.addOperation(op)
+        }
+        q.addOperation(gate)
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(ran.load(ordering: .relaxed), n)
+    }
+}
