@@ -107,6 +107,14 @@ open class Operation: @unchecked Sendable {
     /// Set once anyone registers an observer, so that unobserved operations (almost
     /// all) skip the observer bookkeeping.
     let hasObservers = Atomic<Bool>(false)
+    /// Set (seq_cst) by a waiter before it registers; read (seq_cst) by the finish
+    /// protocol after it sets `finishCompleted`. Dekker: either the waiter sees the
+    /// flag it races with and does not wait, or the finisher sees the waiter and takes
+    /// the lock to release it. Unwaited operations skip that lock.
+    let hasWaiters = Atomic<Bool>(false)
+    /// Set when a quality of service or thread priority is assigned, so that the
+    /// queue's default applies without a lock for operations that set neither.
+    let hasOwnPriority = Atomic<Bool>(false)
 
     // Owned by the queue this operation is in; only touched under that queue's lock.
     var queueSlot = -1
@@ -153,7 +161,8 @@ open class Operation: @unchecked Sendable {
     open func start() {
         let cancelled = isCancelled
         // The queue starts only operations it found ready; a manual start is checked.
-        if !startedByQueue.load(ordering: .acquiring) {
+        let byQueue = startedByQueue.load(ordering: .acquiring)
+        if !byQueue {
             if guarded.locked({ $0.queue != nil }) {
                 fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
             }
@@ -177,11 +186,15 @@ open class Operation: @unchecked Sendable {
         if !cancelled {
             willChangeValue(forKey: "isExecuting")
             didChangeValue(forKey: "isExecuting") // observers hear `.executing` from here
-            let state = ThreadState.current
-            let saved = state.currentOperation
-            state.currentOperation = Unmanaged.passUnretained(self)
-            main()
-            state.currentOperation = saved
+            if byQueue {
+                main() // the queue's runner has made us the thread's current operation
+            } else {
+                let state = ThreadState.current
+                let saved = state.currentOperation
+                state.currentOperation = Unmanaged.passUnretained(self)
+                main()
+                state.currentOperation = saved
+            }
         }
         willChangeValue(forKey: "isFinished")
         willChangeValue(forKey: "isExecuting")
@@ -241,7 +254,7 @@ open class Operation: @unchecked Sendable {
         case "isReady", "ready":
             evaluateReadiness()
         case "isExecuting", "executing":
-            if isExecuting { notify(.executing) }
+            if hasObservers.load(ordering: .acquiring) && isExecuting { notify(.executing) }
         default:
             break
         }
@@ -270,6 +283,7 @@ open class Operation: @unchecked Sendable {
                 $0.qualityOfService = newValue
                 $0.qosExplicit = true
             }
+            hasOwnPriority.store(true, ordering: .releasing)
         }
     }
 
@@ -280,7 +294,10 @@ open class Operation: @unchecked Sendable {
     /// `.userInitiated`, otherwise `.userInteractive`.
     open var threadPriority: Double {
         get { guarded.locked { $0.extras?.threadPriority ?? 0.5 } }
-        set { withExtras { $0.threadPriority = min(max(newValue, 0), 1) } }
+        set {
+            withExtras { $0.threadPriority = min(max(newValue, 0), 1) }
+            hasOwnPriority.store(true, ordering: .releasing)
+        }
     }
 
     /// Runs once, after the operation has finished (whether it ran or was cancelled),
@@ -354,11 +371,12 @@ open class Operation: @unchecked Sendable {
         if let current = ThreadState.current.currentOperation, current.toOpaque() == Unmanaged.passUnretained(self).toOpaque() {
             fatalError("Operation.waitUntilFinished() was called from inside \(describe()) itself: it would wait forever")
         }
+        hasWaiters.store(true, ordering: .sequentiallyConsistent)
         var latch = spindle_latch()
         spindle_latch_init(&latch)
         withUnsafeMutablePointer(to: &latch) { l in
             let registered = guarded.locked { g -> Bool in
-                if finishCompleted.load(ordering: .acquiring) { return false }
+                if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
                 g.waiters.append(Waiter(latch: l))
                 return true
             }
@@ -370,9 +388,10 @@ open class Operation: @unchecked Sendable {
     /// thread (Spindle's addition; `waitUntilFinished()` blocks).
     public func finished() async {
         if finishCompleted.load(ordering: .acquiring) { return }
+        hasWaiters.store(true, ordering: .sequentiallyConsistent)
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let registered = guarded.locked { g -> Bool in
-                if finishCompleted.load(ordering: .acquiring) { return false }
+                if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
                 g.waiters.append(Waiter(continuation: c))
                 return true
             }
@@ -414,6 +433,7 @@ open class Operation: @unchecked Sendable {
 
     /// The effective class this operation runs at, given its queue's.
     func effectiveQoS(queueDefault: QualityOfService) -> QualityOfService {
+        if !hasOwnPriority.load(ordering: .acquiring) { return queueDefault }
         let (qos, explicit, tp) = guarded.locked { ($0.qualityOfService, $0.qosExplicit, $0.extras?.threadPriority) }
         if explicit && qos != .default { return qos }
         if let tp, tp != 0.5 {
@@ -485,11 +505,14 @@ open class Operation: @unchecked Sendable {
         notify(.finished)
         completion?()
         queue?.operationFinished(self)
-        // Last: release the waiters. Taken under the lock together with setting the
-        // flag, so a waiter either registered before (and is signalled here) or sees
-        // the flag and does not wait.
+        // Last: release the waiters. A waiter sets `hasWaiters` and then checks
+        // `finishCompleted` under the lock; we set `finishCompleted` and then check
+        // `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or we
+        // see its flag and take the lock — after its registration or before it, and in
+        // the latter case it then sees `finishCompleted` under the lock.
+        finishCompleted.store(true, ordering: .sequentiallyConsistent)
+        guard hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) else { return }
         let waiters = guarded.locked { g -> [Waiter] in
-            finishCompleted.store(true, ordering: .releasing)
             let w = g.waiters
             g.waiters = []
             g.extras?.observers = []
