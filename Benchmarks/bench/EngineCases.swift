@@ -33,19 +33,21 @@ func submitCase(pool: ThreadPool, tasks: Int, reps: Int) throws -> CaseResult {
             guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("submit: spindle lost tasks") }
             return t
         },
-        SystemRun(name: "dispatch") {
-            let c = Countdown(tasks)
-            let work: @Sendable () -> Void = { c.hit() }
-            let g = DispatchGroup()
-            let q = DispatchQueue.global()
-            let t0 = now()
-            for _ in 0..<tasks { q.async(group: g, execute: work) }
-            g.wait()
-            let t = Double(now() - t0)
-            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("submit: dispatch lost tasks") }
-            return t
-        },
+        SystemRun(name: "dispatch") { try dispatchGroupRun(DispatchQueue.global(), tasks: tasks, name: "submit") },
     ])
+}
+
+/// N closures on `queue` with `async(group:)`, then `group.wait()`; checks they all ran.
+func dispatchGroupRun(_ queue: DispatchQueue, tasks: Int, name: String) throws -> Double {
+    let c = Countdown(tasks)
+    let work: @Sendable () -> Void = { c.hit() }
+    let g = DispatchGroup()
+    let t0 = now()
+    for _ in 0..<tasks { queue.async(group: g, execute: work) }
+    g.wait()
+    let t = Double(now() - t0)
+    guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("\(name): dispatch lost work") }
+    return t
 }
 
 // MARK: fork-join
@@ -156,16 +158,14 @@ func forkJoinCase(pool: ThreadPool, n: Int, cutoff: Int, reps: Int) throws -> Ca
 func parallelForCase(pool: ThreadPool, tasks: Int, reps: Int) throws -> CaseResult {
     let buffer = SharedBuffer(capacity: tasks)
     defer { buffer.deallocate() }
-    @Sendable func body(_ i: Int) {
-        var x = UInt64(i) &* 0x9E37_79B9_7F4A_7C15
-        x ^= x >> 29
-        buffer[i] = x
+    @Sendable func mix(_ i: Int) -> UInt64 {
+        let x = UInt64(i) &* 0x9E37_79B9_7F4A_7C15
+        return x ^ (x >> 29)
     }
+    @Sendable func body(_ i: Int) { buffer[i] = mix(i) }
     func verify(_ who: String) throws {
         for i in stride(from: 0, to: tasks, by: max(1, tasks / 1000)) {
-            var x = UInt64(i) &* 0x9E37_79B9_7F4A_7C15
-            x ^= x >> 29
-            guard buffer[i] == x else { throw BenchFailure("parallel-for: \(who) skipped index \(i)") }
+            guard buffer[i] == mix(i) else { throw BenchFailure("parallel-for: \(who) skipped index \(i)") }
         }
         guard buffer[tasks - 1] != 0 else { throw BenchFailure("parallel-for: \(who) skipped the last index") }
         buffer.zero()

@@ -21,16 +21,7 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
                            add: { $0.addOperation($1) }, wait: { $0.waitUntilAllOperationsAreFinished() })
         },
         SystemRun(name: dispatchName) {
-            let c = Countdown(tasks)
-            let work: @Sendable () -> Void = { c.hit() }
-            let g = DispatchGroup()
-            let q = width == 1 ? DispatchQueue(label: "bench.serial") : DispatchQueue.global()
-            let t0 = now()
-            for _ in 0..<tasks { q.async(group: g, execute: work) }
-            g.wait()
-            let t = Double(now() - t0)
-            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("\(name): dispatch lost work") }
-            return t
+            try dispatchGroupRun(width == 1 ? DispatchQueue(label: "bench.serial") : .global(), tasks: tasks, name: name)
         },
     ])
 }
