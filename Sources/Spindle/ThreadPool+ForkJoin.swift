@@ -24,37 +24,35 @@ extension ThreadPool {
     public func join<A, B: Sendable>(_ a: () throws -> A, _ b: @Sendable () -> B) rethrows -> (A, B) {
         var resultB: B? = nil
         let resultA: A = try withUnsafeMutablePointer(to: &resultB) { out in
-            // The literal is passed straight in, so its context stays on the stack:
-            // no allocation per join. (Stored in a `let` first, it would escape.)
-            try withoutActuallyEscaping({ out.pointee = b() }) { thunk in
-                try _forkJoin(a, thunk)
+            try withoutActuallyEscaping(b) { b in
+                // `b` and the result pointer travel in a generic struct behind an
+                // existential: three words, which fit the existential's inline buffer,
+                // so no allocation (a closure literal capturing them would need one).
+                var runner: any _JoinRunnable = _JoinRunner(body: b, out: out)
+                return try _forkJoin(a, &runner)
             }
         }
         return (resultA, resultB.unsafelyUnwrapped)
     }
 
-    /// The non-generic-in-B half of ``join(_:_:)``: forks `thunk`, runs `a`, joins.
+    /// The non-generic-in-B half of ``join(_:_:)``: forks `runner`, runs `a`, joins.
     @inlinable
-    internal func _forkJoin<A>(_ a: () throws -> A, _ thunk: @escaping () -> Void) rethrows -> A {
-        // The closure sits in a concrete struct, not directly under a generic pointer:
-        // `withUnsafeMutablePointer(to: &closure)` would store it in its most general
-        // representation, and the conversion to that allocates a context per join.
-        var box = _JoinThunk(call: thunk)
-        return try withUnsafeMutablePointer(to: &box) { boxPtr in
+    internal func _forkJoin<A>(_ a: () throws -> A, _ runner: inout any _JoinRunnable) rethrows -> A {
+        try withUnsafeMutablePointer(to: &runner) { runnerPtr in
             var frame = spindle_join_frame()
-            frame.fn = { ctx in ctx.unsafelyUnwrapped.assumingMemoryBound(to: _JoinThunk.self).pointee.call() }
-            frame.ctx = UnsafeMutableRawPointer(boxPtr)
+            frame.fn = { ctx in ctx.unsafelyUnwrapped.assumingMemoryBound(to: (any _JoinRunnable).self).pointee.run() }
+            frame.ctx = UnsafeMutableRawPointer(runnerPtr)
             return try withUnsafeMutablePointer(to: &frame) { f in
                 spindle_fork(raw, f)
                 let ra: A
                 do {
                     ra = try a()
                 } catch {
-                    // `thunk` may be using memory our caller owns: finish it first.
-                    if spindle_join(raw, f) { boxPtr.pointee.call() }
+                    // The other half may be using memory our caller owns: finish it first.
+                    if spindle_join(raw, f) { runnerPtr.pointee.run() }
                     throw error
                 }
-                if spindle_join(raw, f) { boxPtr.pointee.call() }
+                if spindle_join(raw, f) { runnerPtr.pointee.run() }
                 return ra
             }
         }
@@ -102,10 +100,20 @@ extension ThreadPool {
     }
 }
 
-/// A closure held in a concrete type, so it can be reached through a raw pointer
-/// without being reabstracted (see `_forkJoin`).
+/// The offered half of a join, type-erased for the C trampoline.
 @usableFromInline
-struct _JoinThunk {
-    @usableFromInline var call: () -> Void
-    @inlinable init(call: @escaping () -> Void) { self.call = call }
+protocol _JoinRunnable {
+    func run()
+}
+
+/// Runs the offered half and stores its result where `join` will read it.
+@usableFromInline
+struct _JoinRunner<B>: _JoinRunnable {
+    @usableFromInline let body: () -> B
+    @usableFromInline let out: UnsafeMutablePointer<B?>
+    @inlinable init(body: @escaping () -> B, out: UnsafeMutablePointer<B?>) {
+        self.body = body
+        self.out = out
+    }
+    @inlinable func run() { out.pointee = body() }
 }
