@@ -8,7 +8,10 @@
  *   worker.c    the worker loop: finding work, stealing, running, sleeping
  *   join.c      fork-join frames, latches, parallel-for
  *   pool.c      create, submit, destroy (the design essay and the shutdown protocol)
- *   stats.c     counter snapshots
+ *   topology.c  CPUs and NUMA nodes from sysfs, placement plans and steal tiers
+ *   stats.c     counter snapshots and reports
+ *   tsan.c      ThreadSanitizer annotations for locks TSan cannot see
+ *   testing.c   direct access to a deque for the hammer tests
  */
 #ifndef SPINDLE_INTERNAL_H
 #define SPINDLE_INTERNAL_H

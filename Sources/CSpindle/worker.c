@@ -12,15 +12,17 @@
  *      more than its fair share len/workers + 1) so that one trip through the
  *      consumer try-lock feeds it for a while; all but the first go on its deque
  *      where others can steal them;
- *   4. as a searcher (see park.c, S1): the other workers' deques, oldest first, from a
- *      random victim onwards, and the injector again, for up to `spin_ns`.
+ *   4. as a searcher (see park.c, S1): the other workers' deques, oldest first, nearest
+ *      tier first (SMT sibling, L3, node, other nodes by distance: topology.c, P3)
+ *      from a random member of each tier, batch-stealing across nodes; and the
+ *      injector again; for up to `spin_ns`.
  * When all of that finds nothing it parks (spindle_idle_sleep).
  *
  * Invariants
  *   W1  The injector is polled at least once every 61 tasks a worker runs.
  *   W2  `searching` mirrors this worker's contribution to idle.state: set when it
  *       became a searcher (or was woken as one), cleared — with the "last searcher
- *       wakes the next" rule — as soon as it finds a task.
+ *       wakes the next when work is pending" rule — as soon as it finds a task.
  *   W3  A task runs on exactly one thread, exactly once, whatever path found it.
  */
 #include "internal.h"
