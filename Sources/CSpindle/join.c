@@ -251,12 +251,6 @@ void spindle_latch_set(spindle_latch *l) {
     latch_set(latch_word(l), waiter);
 }
 
-bool spindle_latch_is_set(const spindle_latch *l) {
-    /* Acquire pairs with latch_set's release. */
-    return atomic_load_explicit(latch_word((spindle_latch *)l), memory_order_acquire) ==
-           SPINDLE_LATCH_SET;
-}
-
 void spindle_latch_wait(spindle_latch *l) {
     spindle_worker *w = l->spindle_waiter;
     if (w && w == spindle_tls_worker)
@@ -264,8 +258,3 @@ void spindle_latch_wait(spindle_latch *l) {
     else
         latch_wait_external(latch_word(l));
 }
-
-static _Thread_local void *thread_slot;
-
-void *spindle_thread_slot(void) { return thread_slot; }
-void spindle_set_thread_slot(void *value) { thread_slot = value; }

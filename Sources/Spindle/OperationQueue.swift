@@ -69,10 +69,6 @@ open class OperationQueue: @unchecked Sendable {
             }
         }
 
-        var readyIsEmpty: Bool {
-            ready.0.isEmpty && ready.1.isEmpty && ready.2.isEmpty && ready.3.isEmpty && ready.4.isEmpty
-        }
-
         /// Takes the operations that may start now and counts them as running.
         mutating func takeStartable() -> Startable {
             guard !suspended else { return .none }
@@ -90,13 +86,11 @@ open class OperationQueue: @unchecked Sendable {
     /// Set once anyone observes `operationCount`, so unobserved queues skip the work.
     let hasCountObservers = Atomic<Bool>(false)
     private static let counter = Atomic<Int>(0)
-    let isMain: Bool
 
     /// Creates a queue. It starts operations as soon as they are ready.
     public init() {
         let n = OperationQueue.counter.add(1, ordering: .relaxed).newValue
         state = Mutex(State(name: "Spindle.OperationQueue \(n)"))
-        isMain = false
     }
 
     init(main: Void) {
@@ -105,7 +99,6 @@ open class OperationQueue: @unchecked Sendable {
         s.underlyingQueue = DispatchQueue.main
         s.qualityOfService = .userInteractive
         state = Mutex(s)
-        isMain = true
     }
 
     /// The queue of the main thread: runs its operations there, one at a time.

@@ -261,7 +261,6 @@ typedef struct spindle_latch {
 
 void spindle_latch_init(spindle_latch *latch);
 void spindle_latch_set(spindle_latch *latch);
-bool spindle_latch_is_set(const spindle_latch *latch);
 void spindle_latch_wait(spindle_latch *latch);
 
 /** ThreadSanitizer annotations for locks TSan cannot see (Swift's Synchronization.Mutex
@@ -270,12 +269,6 @@ void spindle_latch_wait(spindle_latch *latch);
  *  under TSan. */
 void spindle_tsan_acquire(void *addr);
 void spindle_tsan_release(void *addr);
-
-/** One pointer of per-thread storage for the language binding (Spindle's Swift layer
- *  keeps the running operation there). A plain C11 _Thread_local: no allocation, no
- *  destructor. */
-void *spindle_thread_slot(void);
-void spindle_set_thread_slot(void *value);
 
 #ifdef __cplusplus
 }
