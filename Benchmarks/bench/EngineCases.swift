@@ -26,10 +26,10 @@ func submitCase(pool: ThreadPool, tasks: Int, reps: Int) throws -> CaseResult {
         SystemRun(name: "spindle") {
             let c = Countdown(tasks)
             let work: @Sendable () -> Void = { c.hit() }
-            let t0 = now()
-            for _ in 0..<tasks { try pool.submit(work) }
-            c.wait()
-            let t = Double(now() - t0)
+            let t = try timed {
+                for _ in 0..<tasks { try pool.submit(work) }
+                c.wait()
+            }.ns
             guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("submit: spindle lost tasks") }
             return t
         },
@@ -42,10 +42,10 @@ func dispatchGroupRun(_ queue: DispatchQueue, tasks: Int, name: String) throws -
     let c = Countdown(tasks)
     let work: @Sendable () -> Void = { c.hit() }
     let g = DispatchGroup()
-    let t0 = now()
-    for _ in 0..<tasks { queue.async(group: g, execute: work) }
-    g.wait()
-    let t = Double(now() - t0)
+    let t = timed {
+        for _ in 0..<tasks { queue.async(group: g, execute: work) }
+        g.wait()
+    }.ns
     guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("\(name): dispatch lost work") }
     return t
 }
@@ -123,27 +123,23 @@ func forkJoinCase(pool: ThreadPool, n: Int, cutoff: Int, reps: Int) throws -> Ca
     }
     var result = try measure("fork-join", tasks: spawns, reps: reps, reference: "dispatch", [
         SystemRun(name: "spindle") {
-            let t0 = now()
-            let r = pool.run { fibSpindle(pool, n, cutoff) }
-            let t = Double(now() - t0)
+            let (t, r) = timed { pool.run { fibSpindle(pool, n, cutoff) } }
             try check(r, "spindle")
             return t
         },
         SystemRun(name: "dispatch") {
-            let t0 = now()
-            let box = IntBox()
-            let sem = DispatchSemaphore(value: 0)
-            fibDispatch(n, cutoff) { box.value = $0; sem.signal() }
-            sem.wait()
-            let r = box.value
-            let t = Double(now() - t0)
+            let (t, r) = timed { () -> Int in
+                let box = IntBox()
+                let sem = DispatchSemaphore(value: 0)
+                fibDispatch(n, cutoff) { box.value = $0; sem.signal() }
+                sem.wait()
+                return box.value
+            }
             try check(r, "dispatch")
             return t
         },
         SystemRun(name: "taskgroup") {
-            let t0 = now()
-            let r = blockOn { await fibTaskGroup(n, cutoff) }
-            let t = Double(now() - t0)
+            let (t, r) = timed { blockOn { await fibTaskGroup(n, cutoff) } }
             try check(r, "taskgroup")
             return t
         },
@@ -173,16 +169,12 @@ func parallelForCase(pool: ThreadPool, tasks: Int, reps: Int) throws -> CaseResu
     buffer.zero()
     return try measure("parallel-for", tasks: tasks, reps: reps, reference: "dispatch", [
         SystemRun(name: "spindle") {
-            let t0 = now()
-            pool.concurrentPerform(iterations: tasks) { body($0) }
-            let t = Double(now() - t0)
+            let t = timed { pool.concurrentPerform(iterations: tasks) { body($0) } }.ns
             try verify("spindle")
             return t
         },
         SystemRun(name: "dispatch") {
-            let t0 = now()
-            DispatchQueue.concurrentPerform(iterations: tasks) { body($0) }
-            let t = Double(now() - t0)
+            let t = timed { DispatchQueue.concurrentPerform(iterations: tasks) { body($0) } }.ns
             try verify("dispatch")
             return t
         },

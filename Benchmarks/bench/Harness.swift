@@ -67,6 +67,13 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
+/// Runs `body` once; returns how long it took, in nanoseconds, and what it returned.
+func timed<T>(_ body: () throws -> T) rethrows -> (ns: Double, value: T) {
+    let t0 = now()
+    let v = try body()
+    return (Double(now() - t0), v)
+}
+
 func progress(_ s: String) {
     FileHandle.standardError.write(Data((s + "\n").utf8))
 }

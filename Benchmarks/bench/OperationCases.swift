@@ -32,10 +32,10 @@ private func addAndWait<Q>(_ tasks: Int, name: String, who: String, queue: Q, wi
                            wait: (Q) -> Void) throws -> Double {
     if let width { setWidth(queue, width) }
     let c = Countdown(tasks)
-    let t0 = now()
-    for _ in 0..<tasks { add(queue) { c.hit() } }
-    wait(queue)
-    let t = Double(now() - t0)
+    let t = timed {
+        for _ in 0..<tasks { add(queue) { c.hit() } }
+        wait(queue)
+    }.ns
     guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("\(name): \(who) lost operations") }
     return t
 }
@@ -69,15 +69,15 @@ private func chain<Op: AnyObject, Q>(_ n: Int, make: (@escaping @Sendable () -> 
     let next = SharedCounter()
     var ops: [Op] = []
     ops.reserveCapacity(n)
-    let t0 = now()
-    for i in 0..<n {
-        let op = make { next.expect(i) }
-        if let prev = ops.last { depend(op, prev) }
-        ops.append(op)
-    }
-    add(queue, ops)
-    wait(queue)
-    let t = Double(now() - t0)
+    let t = timed {
+        for i in 0..<n {
+            let op = make { next.expect(i) }
+            if let prev = ops.last { depend(op, prev) }
+            ops.append(op)
+        }
+        add(queue, ops)
+        wait(queue)
+    }.ns
     guard next.value == n, next.outOfOrder == 0 else {
         throw BenchFailure("dependency-chain: \(who) ran \(next.value) of \(n), \(next.outOfOrder) out of order")
     }
