@@ -78,6 +78,17 @@ func progress(_ s: String) {
     FileHandle.standardError.write(Data((s + "\n").utf8))
 }
 
+/// Lets the threads of the system that ran last go idle before the next one starts.
+///
+/// Dispatch and the Swift concurrency runtime keep worker threads polling for a while
+/// after a burst; on a two-CPU machine one such thread takes half of the next system's
+/// cores. Without the pause each system's figure depended on which system ran before
+/// it (fork-join: ~30 ns after Dispatch, ~40 ns after TaskGroup, alternating rep by
+/// rep). Every system gets the same pause, outside its timed region.
+func settle() {
+    usleep(20_000)
+}
+
 /// Runs every system once to warm up, then `reps` repetitions in alternation (A B, then
 /// B A, ...), so that drift of a shared, noisy machine hits every system alike; ratios
 /// are taken per repetition against `reference` and their median reported.
@@ -93,6 +104,7 @@ func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [
     for r in 0..<reps {
         let order = r % 2 == 0 ? systems : systems.reversed()
         for s in order {
+            settle()
             let ns = try s.run()
             samples[s.name, default: []].append(ns / Double(s.tasks ?? tasks))
         }

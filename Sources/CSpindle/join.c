@@ -122,6 +122,31 @@ bool spindle_join(spindle_pool *pool, spindle_join_frame *f) {
     return false;
 }
 
+#ifdef SPINDLE_HAS_SWIFTCALL
+typedef void (*swift_closure_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall));
+
+/* A Swift closure's two words, for a frame whose `fn` is call_swift_closure. */
+typedef struct swift_closure {
+    swift_closure_fn fn;
+    void *ctx;
+} swift_closure;
+
+static void call_swift_closure(void *ctx) {
+    const swift_closure *c = ctx;
+    c->fn(c->ctx);
+}
+
+__attribute__((swiftcall)) void spindle_swift_fork_join(spindle_pool *pool, swift_closure_fn here_fn,
+                                                        void *here_ctx, swift_closure_fn offered_fn,
+                                                        void *offered_ctx) {
+    swift_closure offered = {offered_fn, offered_ctx};
+    spindle_join_frame f = {.fn = call_swift_closure, .ctx = &offered};
+    spindle_fork(pool, &f);
+    here_fn(here_ctx);
+    if (spindle_join(pool, &f)) offered_fn(offered_ctx);
+}
+#endif
+
 /* ---- parallel for --------------------------------------------------------------------- */
 
 typedef struct pf_job {

@@ -232,6 +232,31 @@ typedef struct spindle_join_frame {
 void spindle_fork(spindle_pool *pool, spindle_join_frame *frame);
 bool spindle_join(spindle_pool *pool, spindle_join_frame *frame);
 
+#if defined(__has_attribute)
+#if __has_attribute(swiftcall) && __has_attribute(swift_context)
+#define SPINDLE_HAS_SWIFTCALL 1
+/**
+ * Fork-join for the Swift layer, called with Swift's calling convention (clang's
+ * `swiftcall`). Each closure arrives as the two words Swift passes a `() -> Void`
+ * argument in — entry point and context — and is called the way Swift calls a closure,
+ * with the context in the `swiftself` register. `offered` is forked, `here` runs on the
+ * calling thread, then the join: `offered` runs inline when nobody stole it.
+ *
+ * Why in C: Swift can only store a closure that is not `@escaping` by first wrapping it
+ * in a heap object (`withoutActuallyEscaping`), and the wrapper's allocation, retains
+ * and escape check cost more than the rest of a fork. Here the words are only borrowed:
+ * both closures are arguments of this call, so they outlive the frame that points at
+ * `offered`, and any thief finishes with them before `spindle_join` returns.
+ * The Swift side declares it with `@_silgen_name` (Sources/Spindle/ThreadPool+ForkJoin.swift).
+ * Compilers without `swiftcall`, such as gcc, do not get this declaration.
+ */
+__attribute__((swiftcall)) void spindle_swift_fork_join(
+    spindle_pool *pool,
+    void (*here_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall)), void *here_ctx,
+    void (*offered_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall)), void *offered_ctx);
+#endif
+#endif
+
 /**
  * Runs `body(ctx, begin, end)` over disjoint ranges covering [0, n), on the caller and
  * the pool's workers, and returns when every range has finished. `grain` is the
