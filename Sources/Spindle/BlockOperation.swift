@@ -7,18 +7,25 @@ import Synchronization
 /// them in parallel on the pool (as Darwin does); the first block runs on the thread
 /// that started the operation.
 open class BlockOperation: Operation, @unchecked Sendable {
-    struct Blocks {
-        var first: (@Sendable () -> Void)?
-        var more: [@Sendable () -> Void] = []
-    }
-    let blocks = Mutex(Blocks())
+    // @unchecked: `initial` never changes; the other blocks are behind `more`.
+
+    /// The block given to ``init(block:)``. Immutable, so running it takes no lock and
+    /// no copy: almost every BlockOperation has exactly this one block.
+    private let initial: (@Sendable () -> Void)?
+    /// Blocks added with ``addExecutionBlock(_:)``, in order.
+    private let more = Mutex<[@Sendable () -> Void]>([])
+    /// Set once a block is added, so that ``main()`` skips the lock otherwise.
+    /// Adding traps once the operation has started, so `main` sees every block added.
+    private let hasMore = Atomic<Bool>(false)
 
     /// Creates an operation with no blocks yet.
-    public override init() {}
+    public override init() {
+        initial = nil
+    }
 
     /// Creates an operation that runs `block`.
     public init(block: @escaping @Sendable () -> Void) {
-        blocks.locked { $0.first = block }
+        initial = block
     }
 
     /// Adds a block to run concurrently with the others. Traps once the operation has
@@ -27,22 +34,24 @@ open class BlockOperation: Operation, @unchecked Sendable {
         if isExecuting || isFinished {
             fatalError("BlockOperation.addExecutionBlock was called on \(describe()) after it started")
         }
-        blocks.locked { b in
-            if b.first == nil { b.first = block } else { b.more.append(block) }
-        }
+        more.locked { $0.append(block) }
+        hasMore.store(true, ordering: .releasing)
     }
 
     /// The blocks, in the order they were added.
     open var executionBlocks: [@Sendable () -> Void] {
-        blocks.locked { b in (b.first.map { [$0] } ?? []) + b.more }
+        let added = more.locked { $0 }
+        return initial.map { [$0] + added } ?? added
     }
 
-    /// Runs every block — concurrently on the pool when there are several — and returns when all have returned.
+    /// Runs every block — concurrently on the pool when there are several — and returns
+    /// when all have returned.
     open override func main() {
-        let all = blocks.locked { b -> [@Sendable () -> Void] in
-            guard let first = b.first else { return [] }
-            return b.more.isEmpty ? [first] : [first] + b.more
+        if !hasMore.load(ordering: .acquiring) {
+            initial?()
+            return
         }
+        let all = executionBlocks
         switch all.count {
         case 0: return
         case 1: all[0]()

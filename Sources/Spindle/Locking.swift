@@ -19,3 +19,31 @@ extension Mutex where Value: ~Copyable {
         }
     }
 }
+
+/// A value behind a `spindle_mutex` (spin briefly, then sleep on a futex), in one
+/// allocation: what the queues use for their state.
+///
+/// Synchronization's Mutex is a priority-inheritance futex on Linux; contended, its
+/// waiters sleep in the kernel at once. An operation queue's lock is taken by the
+/// thread adding operations and by every worker finishing one, each time for a fraction
+/// of a microsecond, so it is often contended and almost never held long: spinning
+/// first is the right trade there (see Sources/CSpindle/mutex.c).
+struct FutexLocked<Value>: @unchecked Sendable {
+    // @unchecked: the value is only reached through `locked`, under the mutex.
+    private let buffer: ManagedBuffer<Value, spindle_mutex>
+
+    init(_ value: Value) {
+        buffer = ManagedBuffer.create(minimumCapacity: 1) { _ in value }
+        buffer.withUnsafeMutablePointerToElements { spindle_mutex_init($0) }
+    }
+
+    /// Runs `body` with exclusive access to the value.
+    @inline(__always)
+    func locked<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        try buffer.withUnsafeMutablePointers { value, mutex in
+            spindle_mutex_lock(mutex)
+            defer { spindle_mutex_unlock(mutex) }
+            return try body(&value.pointee)
+        }
+    }
+}

@@ -73,7 +73,6 @@ open class Operation: @unchecked Sendable {
     }
 
     struct Guarded {
-        var phase: Phase = .pending
         var dependencies: [Operation] = []
         /// Dependencies that have not finished yet. Readiness is `== 0`.
         var unfinished = 0
@@ -86,12 +85,17 @@ open class Operation: @unchecked Sendable {
         var queuePriority: QueuePriority = .normal
         var qualityOfService: QualityOfService = .default
         var qosExplicit = false
-        /// The queue this operation was added to, until it finishes.
-        var queue: OperationQueue?
+        /// The queue this operation was added to. Unretained: a queue keeps itself
+        /// alive while it holds unfinished operations, and this field is only read
+        /// while the operation is unfinished (see ``inQueue``).
+        var queue: Unmanaged<OperationQueue>?
         var extras: Extras?
     }
 
     let guarded = Mutex(Guarded())
+    /// ``Phase``: pending → executing → finished, changed by `start()` with a CAS, so
+    /// that starting and finishing a plain operation takes no lock.
+    let phase = Atomic<UInt8>(Phase.pending.rawValue)
     let cancelledFlag = Atomic<Bool>(false)
     /// Set when the finish protocol begins (it runs once).
     let finishHandled = Atomic<Bool>(false)
@@ -115,18 +119,46 @@ open class Operation: @unchecked Sendable {
     /// Set when a quality of service or thread priority is assigned, so that the
     /// queue's default applies without a lock for operations that set neither.
     let hasOwnPriority = Atomic<Bool>(false)
+    /// Set (seq_cst) before anything is stored that the finish protocol must hand on
+    /// under the lock: a dependent, a completion block, an observer. The finish
+    /// protocol reads it (seq_cst) after claiming `finishHandled`, and takes the lock
+    /// only when it is set. Dekker, as for `hasWaiters`: a dependent registering
+    /// concurrently either sees `finishHandled` under the lock and does not register,
+    /// or its flag is seen and the finisher drains it under the lock.
+    let needsFinishLock = Atomic<Bool>(false)
+    /// Set once a dependency is added, so that deinit skips the lock for the (many)
+    /// operations that never had one.
+    let hadDependencies = Atomic<Bool>(false)
+
+    /// The queue this operation belongs to, written once when it is added (under
+    /// `guarded`, before the queue can start it) and read by the finish protocol
+    /// without a lock: everything that finishes a queued operation happens after it
+    /// was added. Unretained, like `Guarded.queue`.
+    var ownerQueue: Unmanaged<OperationQueue>?
 
     // Owned by the queue this operation is in; only touched under that queue's lock.
-    var queueSlot = -1
+    /// Neighbours in the queue's list of unfinished operations (which holds the
+    /// retained reference).
+    var queuePrev: Unmanaged<Operation>?
+    var queueNext: Unmanaged<Operation>?
     var queueStarted = false
     var queueRetired = false
+    /// Set when the queue has counted this operation finished; it may then be pruned
+    /// from the queue's list, by another thread, without the finishing thread's help.
+    let queueDone = Atomic<Bool>(false)
+    /// The engine task node this operation was submitted with (see `OpTask`); freed
+    /// with the operation.
+    var taskNode: UnsafeMutablePointer<OpTaskNode>?
 
     /// Creates an operation that is ready (no dependencies), not cancelled, in no queue.
     public init() {}
 
     deinit {
+        // The task that ran us has finished with its node: it held a reference to us.
+        taskNode?.deallocate()
         // Dependencies are released in a loop, not recursively (see ThreadState). Most
-        // operations have none and skip the thread-local bookkeeping.
+        // operations have none and skip the lock and the thread-local bookkeeping.
+        guard hadDependencies.load(ordering: .acquiring) else { return }
         let deps = guarded.locked { g in
             let d = g.dependencies
             g.dependencies = []
@@ -163,25 +195,20 @@ open class Operation: @unchecked Sendable {
         // The queue starts only operations it found ready; a manual start is checked.
         let byQueue = startedByQueue.load(ordering: .acquiring)
         if !byQueue {
-            if guarded.locked({ $0.queue != nil }) {
+            if inQueue {
                 fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
             }
             if !cancelled && !isReady {
                 fatalError("Operation.start() was called on \(describe()), which is not ready: it has unfinished dependencies")
             }
         }
-        let previous = guarded.locked { g -> Phase in
-            let p = g.phase
-            if p == .pending { g.phase = .executing }
-            return p
-        }
-        switch previous {
-        case .executing:
-            fatalError("Operation.start() was called on \(describe()), which is already executing")
-        case .finished:
+        let (started, previous) = phase.compareExchange(
+            expected: Phase.pending.rawValue, desired: Phase.executing.rawValue, ordering: .acquiringAndReleasing)
+        if !started {
+            if previous == Phase.executing.rawValue {
+                fatalError("Operation.start() was called on \(describe()), which is already executing")
+            }
             fatalError("Operation.start() was called on \(describe()), which has already finished")
-        case .pending:
-            break
         }
         if !cancelled {
             willChangeValue(forKey: "isExecuting")
@@ -198,7 +225,7 @@ open class Operation: @unchecked Sendable {
         }
         willChangeValue(forKey: "isFinished")
         willChangeValue(forKey: "isExecuting")
-        guarded.locked { $0.phase = .finished }
+        phase.store(Phase.finished.rawValue, ordering: .releasing)
         didChangeValue(forKey: "isExecuting")
         didChangeValue(forKey: "isFinished")
         finishProtocol()
@@ -220,10 +247,10 @@ open class Operation: @unchecked Sendable {
     open var isCancelled: Bool { cancelledFlag.load(ordering: .acquiring) }
 
     /// True while ``start()`` is running the operation.
-    open var isExecuting: Bool { guarded.locked { $0.phase == .executing } }
+    open var isExecuting: Bool { phase.load(ordering: .acquiring) == Phase.executing.rawValue }
 
     /// True once the operation has finished.
-    open var isFinished: Bool { guarded.locked { $0.phase == .finished } }
+    open var isFinished: Bool { phase.load(ordering: .acquiring) == Phase.finished.rawValue }
 
     /// False by default: the operation runs synchronously in ``start()``.
     open var isAsynchronous: Bool { false }
@@ -305,7 +332,10 @@ open class Operation: @unchecked Sendable {
     /// before waiters on the operation or its queue are released.
     open var completionBlock: (@Sendable () -> Void)? {
         get { guarded.locked { $0.completionBlock } }
-        set { guarded.locked { $0.completionBlock = newValue } }
+        set {
+            if newValue != nil { needsFinishLock.store(true, ordering: .sequentiallyConsistent) }
+            guarded.locked { $0.completionBlock = newValue }
+        }
     }
 
     /// The operations this one waits for.
@@ -329,12 +359,14 @@ open class Operation: @unchecked Sendable {
             return true
         }
         guard added else { return }
+        hadDependencies.store(true, ordering: .releasing)
         // Count the edge first, then register with `op`. The other order races: `op`
         // could finish between the two steps and decrement before we increment, and
         // nobody would then notice that we became ready.
         willChangeValue(forKey: "isReady")
         guarded.locked { $0.unfinished += 1 }
         didChangeValue(forKey: "isReady")
+        op.needsFinishLock.store(true, ordering: .sequentiallyConsistent)
         let registered = op.guarded.locked { g -> Bool in
             if op.finishHandled.load(ordering: .acquiring) { return false }
             g.dependents.insert(self)
@@ -406,6 +438,7 @@ open class Operation: @unchecked Sendable {
     /// made the change and must be quick; they are released once the operation has
     /// finished.
     public func onStateChange(_ handler: @escaping @Sendable (StateChange) -> Void) {
+        needsFinishLock.store(true, ordering: .sequentiallyConsistent)
         withExtras { $0.observers.append(handler) }
         hasObservers.store(true, ordering: .releasing)
     }
@@ -468,43 +501,56 @@ open class Operation: @unchecked Sendable {
     /// queue and its (possibly overridden) `isReady` says so.
     func evaluateReadiness() {
         if readySignalled.load(ordering: .acquiring) { return }
-        guard let queue = guarded.locked({ $0.queue }) else { return }
+        guard let queue = guarded.locked({ $0.queue }), !finishHandled.load(ordering: .acquiring) else { return }
         // The dynamic `isReady` is read outside our lock: overrides call `super`.
         guard isCancelled || isReady else { return }
         if readySignalled.exchange(true, ordering: .acquiringAndReleasing) { return }
-        queue.operationBecameReady(self)
+        queue._withUnsafeGuaranteedRef { $0.operationBecameReady(self) }
+    }
+
+    /// Whether the operation was added to a queue and has not finished.
+    var inQueue: Bool {
+        guarded.locked { $0.queue != nil } && !finishHandled.load(ordering: .acquiring)
     }
 
     /// Runs once, when the operation has finished by whatever path: releases
     /// dependents, runs the completion block, tells the queue, wakes waiters.
     func finishProtocol() {
-        guard finishHandled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-        let (nowReady, completion, queue) = guarded.locked { g -> ([Operation], (@Sendable () -> Void)?, OperationQueue?) in
-            if g.phase != .finished { g.phase = .finished }
-            // Count this edge down in every dependent, under our lock (see Dependents).
-            // Only dependents in a queue are retained — the queue keeps them alive, so
-            // they cannot be mid-deinit — to be told they are ready once we unlock.
-            var ready: [Operation] = []
-            g.dependents.forEach { dependent in
-                dependent._withUnsafeGuaranteedRef { d in
-                    let queued = d.guarded.locked { dg -> Bool in
-                        dg.unfinished -= 1
-                        return dg.unfinished == 0 && dg.queue != nil
+        guard finishHandled.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged else { return }
+        // A custom asynchronous operation reports `isFinished` through its override;
+        // make the base state agree.
+        phase.store(Phase.finished.rawValue, ordering: .releasing)
+        var nowReady: [Operation] = []
+        var completion: (@Sendable () -> Void)? = nil
+        if needsFinishLock.load(ordering: .sequentiallyConsistent) {
+            (nowReady, completion) = guarded.locked { g -> ([Operation], (@Sendable () -> Void)?) in
+                // Count this edge down in every dependent, under our lock (see Dependents).
+                // Only dependents in a queue and unfinished are retained — the queue keeps
+                // them alive, so they cannot be mid-deinit — to be told they are ready
+                // once we unlock.
+                var ready: [Operation] = []
+                g.dependents.forEach { dependent in
+                    dependent._withUnsafeGuaranteedRef { d in
+                        let queued = d.guarded.locked { dg -> Bool in
+                            dg.unfinished -= 1
+                            return dg.unfinished == 0 && dg.queue != nil
+                        }
+                        if queued && !d.finishHandled.load(ordering: .acquiring) { ready.append(d) }
                     }
-                    if queued { ready.append(d) }
                 }
+                g.dependents = .none
+                let c = g.completionBlock
+                g.completionBlock = nil
+                return (ready, c)
             }
-            g.dependents = .none
-            let c = g.completionBlock
-            g.completionBlock = nil
-            let q = g.queue
-            g.queue = nil
-            return (ready, c, q)
         }
+        let queue = ownerQueue
         for d in nowReady { d.dependenciesSatisfied() }
         notify(.finished)
         completion?()
-        queue?.operationFinished(self)
+        // The queue is alive: it holds itself while it has unfinished operations, and
+        // this one is still counted. After this call it may be gone.
+        queue?._withUnsafeGuaranteedRef { $0.operationFinished(self) }
         // Last: release the waiters. A waiter sets `hasWaiters` and then checks
         // `finishCompleted` under the lock; we set `finishCompleted` and then check
         // `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or we

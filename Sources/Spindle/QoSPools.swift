@@ -54,6 +54,34 @@ enum QoSPools {
         pools.locked { p in p.values.first { $0.raw == raw } }
     }
 
+    /// The engine pool for `qos`, without touching the `ThreadPool` object: every
+    /// operation is submitted through this, and a retain/release pair per operation on
+    /// an object that every thread shares is a cache line bouncing between cores.
+    static func engine(for qos: QualityOfService) -> OpaquePointer {
+        switch qos {
+        case .userInteractive: return engine(qos, cachedIn: engineUI)
+        case .userInitiated: return engine(qos, cachedIn: engineIN)
+        case .utility: return engine(qos, cachedIn: engineUT)
+        case .background: return engine(qos, cachedIn: engineBG)
+        default: return engine(qos, cachedIn: engineDefault)
+        }
+    }
+
+    private static func engine(_ qos: QualityOfService, cachedIn slot: borrowing Atomic<UInt>) -> OpaquePointer {
+        if let raw = OpaquePointer(bitPattern: slot.load(ordering: .acquiring)) { return raw }
+        let raw = pool(for: qos).raw
+        // A class's pool is created once and lives for the process: caching its
+        // pointer is safe, and racing stores store the same value.
+        slot.store(UInt(bitPattern: UnsafeRawPointer(raw)), ordering: .releasing)
+        return raw
+    }
+
+    private static let engineUI = Atomic<UInt>(0)
+    private static let engineIN = Atomic<UInt>(0)
+    private static let engineDefault = Atomic<UInt>(0)
+    private static let engineUT = Atomic<UInt>(0)
+    private static let engineBG = Atomic<UInt>(0)
+
     static func pool(for qos: QualityOfService) -> ThreadPool {
         let key = Int(nice(for: qos))
         if key == 0 { return ThreadPool.shared }

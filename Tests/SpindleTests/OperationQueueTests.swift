@@ -256,6 +256,77 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(finishedCount.load(ordering: .relaxed), 2, "lowering the width must not stop running operations")
     }
 
+    func testSwitchingOutOfDirectModeWhileOperationsFinishStrandsNothing() {
+        // At the default width, finishing takes no lock; lowering the width or
+        // suspending switches the queue to scheduling under the lock. Operations queued
+        // across the switch must still all run, however the finishes interleave.
+        let rounds = Stress.count(200)
+        for round in 0..<rounds {
+            let q = OperationQueue()
+            let ran = Atomic<Int>(0)
+            let n = 64
+            for i in 0..<n {
+                q.addOperation { ran.add(1, ordering: .relaxed) }
+                if i == n / 4 { q.maxConcurrentOperationCount = 1 + round % 3 }
+                if i == n / 2 { q.isSuspended = true }
+                if i == 3 * n / 4 { q.isSuspended = false }
+            }
+            q.maxConcurrentOperationCount = round % 2 == 0 ? -1 : 2
+            let done = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async { q.waitUntilAllOperationsAreFinished(); done.signal() }
+            XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "round \(round): operations stranded")
+            XCTAssertEqual(ran.load(ordering: .relaxed), n)
+        }
+    }
+
+    func testFinishedOperationsAreReleasedAndNotListed() {
+        let counter = ReleaseCounter()
+        let q = OperationQueue()
+        // One operation stays unfinished while many others come and go.
+        let gate = DispatchSemaphore(value: 0)
+        let blocker = BlockOperation { gate.wait() }
+        q.addOperation(blocker)
+        let n = Stress.count(20_000)
+        for _ in 0..<n {
+            let token = Token(counter)
+            q.addOperation { withExtendedLifetime(token) {} }
+        }
+        while q.operationCount > 1 { usleep(1000) }
+        XCTAssertEqual(q.operations.count, 1, "finished operations are still listed")
+        XCTAssertTrue(q.operations.first === blocker)
+        // The queue prunes what finished as operations are added: it may hold a bounded
+        // number of finished ones (twice the unfinished plus 64), never all of them.
+        q.addOperation {}
+        q.addOperation {}
+        XCTAssertGreaterThanOrEqual(counter.released.load(ordering: .relaxed), n - 2 * 2 - 64 - 4)
+        gate.signal()
+        q.waitUntilAllOperationsAreFinished()
+        // Once the queue drains, it keeps nothing: every token is gone when the wait returns.
+        XCTAssertEqual(counter.released.load(ordering: .relaxed), n)
+        XCTAssertEqual(q.operationCount, 0)
+        XCTAssertTrue(q.operations.isEmpty)
+    }
+
+    func testAQueueDroppedWithPendingOperationsRunsThemAndIsThenFreed() {
+        weak var weakQueue: OperationQueue?
+        let gate = DispatchSemaphore(value: 0)
+        let ran = Atomic<Int>(0)
+        let finished = DispatchSemaphore(value: 0)
+        do {
+            let q = OperationQueue()
+            weakQueue = q
+            for _ in 0..<8 { q.addOperation { gate.wait(); ran.add(1, ordering: .relaxed); finished.signal() } }
+        }
+        XCTAssertNotNil(weakQueue, "a queue with unfinished operations keeps itself alive")
+        for _ in 0..<8 { gate.signal() }
+        for _ in 0..<8 { finished.wait() }
+        XCTAssertEqual(ran.load(ordering: .relaxed), 8)
+        // The last finish drops the queue's reference to itself, just after the block.
+        var spins = 0
+        while weakQueue != nil && spins < 5000 { usleep(1000); spins += 1 }
+        XCTAssertNil(weakQueue, "an emptied queue nobody references must be freed")
+    }
+
     // MARK: suspension and cancellation
 
     func testSuspendedQueueStartsNothingUntilResumed() {

@@ -268,6 +268,22 @@ int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
                          void (*body)(void *ctx, size_t begin, size_t end), void *ctx);
 
 /*
+ * Mutex
+ * -----
+ * A small futex mutex (spin briefly, then sleep) for the Swift façade's queues; see
+ * mutex.c for why it is not Synchronization.Mutex. Zero-initialised memory is an
+ * unlocked mutex. Not recursive; unlock only from the thread that locked.
+ */
+typedef struct spindle_mutex {
+    uint32_t spindle_word; /* engine-owned */
+} spindle_mutex;
+
+void spindle_mutex_init(spindle_mutex *mutex);
+void spindle_mutex_lock(spindle_mutex *mutex);
+bool spindle_mutex_trylock(spindle_mutex *mutex);
+void spindle_mutex_unlock(spindle_mutex *mutex);
+
+/*
  * Latches
  * -------
  * A one-shot event for one waiter, who owns the latch (typically on its stack) and
