@@ -199,8 +199,10 @@ struct spindle_pool {
     /* 0 running, 1 draining, 2 cancelling. Set once by destroy (seq_cst: pairs with the
      * seq_cst increment of `submitters` in spindle_submit_task, Dekker-style). */
     SPINDLE_ALIGNED _Atomic int shutdown;
-    /* External submitters between their check of `shutdown` and the end of their push. */
+    /* External submitters between their check of `shutdown` and the end of their push.
+     * Unused by a permanent pool, which never shuts down. */
     _Atomic int64_t submitters;
+    bool permanent;
     /* Set under idle.lock when the pool has quiesced after shutdown; workers exit. */
     _Atomic bool terminated;
     /* Set by shutdown once every worker has been joined. */
@@ -232,6 +234,9 @@ void spindle_worker_push(spindle_worker *w, spindle_task *t);
 int spindle_idle_init(spindle_idle *idle, uint32_t nworkers);
 void spindle_idle_destroy(spindle_idle *idle);
 void spindle_notify_one(spindle_pool *pool);
+/* notify_one for a caller whose last publishing step was spindle_injector_push (a
+ * seq_cst RMW): no fence needed (park.c). */
+void spindle_notify_one_after_push(spindle_pool *pool);
 void spindle_notify_all(spindle_pool *pool);
 bool spindle_idle_try_start_searching(spindle_idle *idle);
 bool spindle_idle_stop_searching(spindle_idle *idle); /* true: was the last searcher */

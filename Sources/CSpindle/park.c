@@ -38,6 +38,14 @@
  *    (S2 then keeps the chain going). Go's proc.go states the same protocol ("the
  *    spinning->non-spinning transition ... StoreLoad barrier ... check all queues").
  *
+ *    Outside submissions skip fence b (notify_one_after_push): their publishing step
+ *    is the injector's seq_cst increment of `len` (a), and c is a seq_cst load. In the
+ *    single total order S of seq_cst operations, either a precedes fence y — then the
+ *    searcher's load of `len` after y sees it — or y precedes a, and then x < y < a < c
+ *    in S, so c (a seq_cst load) reads x or later. The same two outcomes, one serialising
+ *    instruction fewer per submission. Local deque pushes publish with a plain store
+ *    and keep the fence.
+ *
  * Idle CPU. A parked worker is blocked in FUTEX_WAIT and consumes nothing; a searcher
  * spins for at most `spin_ns` (50 µs by default — a futex wake costs ~26 µs on our VMs,
  * so a short spin hides the wake for bursts) and then parks. There are no timers: an
@@ -153,14 +161,29 @@ static bool should_wake(spindle_idle *idle, uint64_t s) {
     return SEARCHING(s) == 0 && UNPARKED(s) < idle->nworkers;
 }
 
+static void wake_one(spindle_pool *pool);
+
 void spindle_notify_one(spindle_pool *pool) {
-    spindle_idle *idle = &pool->idle;
     /* Step b of the Dekker pairing: the caller has just published work; order that
      * store before our load of the state. */
     atomic_thread_fence(memory_order_seq_cst);
     /* Relaxed after the fence: the fence provides the ordering. Fast path: someone is
      * searching or nobody is parked — no lock, no syscall. */
-    if (!should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed))) return;
+    if (!should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
+        return;
+    wake_one(pool);
+}
+
+void spindle_notify_one_after_push(spindle_pool *pool) {
+    /* Step c without fence b: seq_cst load after the injector's seq_cst increment of
+     * `len` (see the top of this file). */
+    if (!should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_seq_cst)))
+        return;
+    wake_one(pool);
+}
+
+static void wake_one(spindle_pool *pool) {
+    spindle_idle *idle = &pool->idle;
     spindle_worker *w = NULL;
     pthread_mutex_lock(&idle->lock);
     /* Re-check under the lock: the counts only change in our favour under it. */

@@ -227,6 +227,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     memset(pool->workers, 0, wbytes);
     pool->nworkers = n;
     pool->spin_ns = cfg.spin_ns ? cfg.spin_ns : SPINDLE_DEFAULT_SPIN_NS;
+    pool->permanent = cfg.permanent;
     pool->requested_nice = cfg.nice;
     pool->requested_policy = cfg.policy;
     const char *name = cfg.name ? cfg.name : "spindle-w";
@@ -290,6 +291,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
 
 int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode) {
     if (!pool) return EINVAL;
+    if (pool->permanent) return EPERM;
     /* Step 1. */
     if (spindle_tls_worker && spindle_tls_worker->pool == pool) return EDEADLK;
     /* Step 2. */
@@ -335,6 +337,12 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task) {
         spindle_worker_push(w, task);
         return 0;
     }
+    if (pool->permanent) {
+        /* Never shuts down: nothing to announce to a shutdown (step 3). */
+        spindle_injector_push(&pool->injector, task);
+        spindle_notify_one_after_push(pool);
+        return 0;
+    }
     /* Shutdown step 3, submitter's side: seq_cst increment, then seq_cst read. */
     atomic_fetch_add_explicit(&pool->submitters, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&pool->shutdown, memory_order_seq_cst) != 0) {
@@ -342,7 +350,7 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task) {
         return ESHUTDOWN;
     }
     spindle_injector_push(&pool->injector, task);
-    spindle_notify_one(pool);
+    spindle_notify_one_after_push(pool);
     /* Release pairs with destroy's acquire load (step 3). */
     atomic_fetch_sub_explicit(&pool->submitters, 1, memory_order_release);
     return 0;

@@ -258,10 +258,9 @@ open class OperationQueue: @unchecked Sendable {
         // The common case — no dependencies, ready — takes the queue lock once: register,
         // and either start it directly (direct mode, nothing waiting ahead of it) or
         // push it on its ready list and take what may start.
-        // A plain BlockOperation's readiness is "no dependencies" (it overrides nothing);
+        // A plain operation's readiness is "no dependencies" (it overrides nothing);
         // other classes may override `isReady`, so ask them.
-        let readyNow = noDependencies
-            && (ObjectIdentifier(type(of: op)) == ObjectIdentifier(BlockOperation.self) || op.isCancelled || op.isReady)
+        let readyNow = noDependencies && (op.isPlainClass || op.isCancelled || op.isReady)
         // A queue holding unfinished operations keeps itself alive (as Foundation's
         // does), which is what lets its operations refer to it unretained. The count
         // goes up before the operation is visible anywhere, so it cannot finish first.

@@ -158,6 +158,9 @@ public final class ThreadPool: @unchecked Sendable {
         cfg.nice = configuration.nice ?? Int32.min // SPINDLE_NICE_INHERIT
         cfg.policy = configuration.policy.rawValue
         cfg.pinning = Int32(configuration.pinning.engineValue.rawValue)
+        // Process-wide pools never shut down: the engine then skips the shutdown
+        // bookkeeping on every submission.
+        cfg.permanent = processWide
         var plan = configuration.plan
         if plan == nil, let nodes = configuration.nodes {
             plan = try Topology.load().plan(workers: configuration.workers, pinning: configuration.pinning, nodes: nodes)

@@ -105,6 +105,11 @@ typedef struct spindle_config {
     /** Thread-name prefix; NULL means "spindle-w". Workers are named prefix + index,
      *  truncated to the kernel's 15 characters. */
     const char *name;
+    /** The pool lives until the process exits: spindle_pool_shutdown and
+     *  spindle_pool_destroy refuse it (EPERM), and submissions from outside skip the
+     *  bookkeeping that lets a shutdown wait for racing submitters — two atomic
+     *  read-modify-writes on a shared counter per submission. For process-wide pools. */
+    bool permanent;
 } spindle_config;
 
 enum { SPINDLE_POLICY_NORMAL = 0, SPINDLE_POLICY_BATCH = 1, SPINDLE_POLICY_IDLE = 2 };
@@ -130,7 +135,7 @@ int spindle_pool_create(const spindle_config *cfg, spindle_pool **out);
  * so other threads may still call into the pool safely while it shuts down.
  * Returns 0; EDEADLK, doing nothing, when called from one of this pool's own workers
  * (it would wait for itself); EALREADY when shutdown had already begun (this call
- * does not wait for it).
+ * does not wait for it); EPERM for a permanent pool (spindle_config.permanent).
  */
 int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode);
 
