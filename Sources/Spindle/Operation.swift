@@ -82,13 +82,8 @@ open class Operation: @unchecked Sendable {
         var dependents = Dependents.none
         var completionBlock: (@Sendable () -> Void)?
         var waiters: [Waiter] = []
-        var queuePriority: QueuePriority = .normal
         var qualityOfService: QualityOfService = .default
         var qosExplicit = false
-        /// The queue this operation was added to. Unretained: a queue keeps itself
-        /// alive while it holds unfinished operations, and this field is only read
-        /// while the operation is unfinished (see ``inQueue``).
-        var queue: Unmanaged<OperationQueue>?
         var extras: Extras?
     }
 
@@ -130,11 +125,19 @@ open class Operation: @unchecked Sendable {
     /// operations that never had one.
     let hadDependencies = Atomic<Bool>(false)
 
-    /// The queue this operation belongs to, written once when it is added (under
-    /// `guarded`, before the queue can start it) and read by the finish protocol
-    /// without a lock: everything that finishes a queued operation happens after it
-    /// was added. Unretained, like `Guarded.queue`.
-    var ownerQueue: Unmanaged<OperationQueue>?
+    /// The queue this operation was added to (its address; 0: none), claimed with one
+    /// CAS when it is added — which is also how adding it twice, or to two queues, is
+    /// detected. Unretained: a queue keeps itself alive while it holds unfinished
+    /// operations, and it is only used while this one is unfinished (see ``inQueue``).
+    let queueWord = Atomic<UInt>(0)
+    /// ``queuePriority``, as its raw value: read on every add, without a lock.
+    let priorityWord = Atomic<Int>(QueuePriority.normal.rawValue)
+
+    /// The queue, if any. Valid while the operation is unfinished.
+    var ownerQueue: Unmanaged<OperationQueue>? {
+        let bits = queueWord.load(ordering: .acquiring)
+        return bits == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
+    }
 
     // Owned by the queue this operation is in; only touched under that queue's lock.
     /// Neighbours in the queue's list of unfinished operations (which holds the
@@ -311,8 +314,8 @@ open class Operation: @unchecked Sendable {
 
     /// Priority relative to the other ready operations of the same queue.
     open var queuePriority: QueuePriority {
-        get { guarded.locked { $0.queuePriority } }
-        set { guarded.locked { $0.queuePriority = newValue } }
+        get { QueuePriority(rawValue: priorityWord.load(ordering: .relaxed)) ?? .normal }
+        set { priorityWord.store(newValue.rawValue, ordering: .relaxed) }
     }
 
     /// The quality of service the operation runs at. When left at `.default`, the
@@ -515,7 +518,7 @@ open class Operation: @unchecked Sendable {
     /// queue and its (possibly overridden) `isReady` says so.
     func evaluateReadiness() {
         if readySignalled.load(ordering: .acquiring) { return }
-        guard let queue = guarded.locked({ $0.queue }), !finishHandled.load(ordering: .acquiring) else { return }
+        guard let queue = ownerQueue, !finishHandled.load(ordering: .acquiring) else { return }
         // The dynamic `isReady` is read outside our lock: overrides call `super`.
         guard isCancelled || isReady else { return }
         if readySignalled.exchange(true, ordering: .acquiringAndReleasing) { return }
@@ -537,7 +540,7 @@ open class Operation: @unchecked Sendable {
 
     /// Whether the operation was added to a queue and has not finished.
     var inQueue: Bool {
-        guarded.locked { $0.queue != nil } && !finishHandled.load(ordering: .acquiring)
+        queueWord.load(ordering: .acquiring) != 0 && !finishHandled.load(ordering: .acquiring)
     }
 
     /// Runs once, when the operation has finished by whatever path: releases
@@ -560,7 +563,7 @@ open class Operation: @unchecked Sendable {
                     dependent._withUnsafeGuaranteedRef { d in
                         let queued = d.guarded.locked { dg -> Bool in
                             dg.unfinished -= 1
-                            return dg.unfinished == 0 && dg.queue != nil
+                            return dg.unfinished == 0 && d.queueWord.load(ordering: .acquiring) != 0
                         }
                         if queued && !d.finishHandled.load(ordering: .acquiring) { ready.append(d) }
                     }

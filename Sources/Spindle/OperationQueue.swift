@@ -152,7 +152,7 @@ open class OperationQueue: @unchecked Sendable {
             // `scheduled` (see operationFinished).
             while maxConcurrent < 0 || running.load(ordering: .sequentiallyConsistent) < maxConcurrent,
                   let op = popReady() {
-                running.add(1, ordering: .sequentiallyConsistent)
+                running.wrappingAdd(1, ordering: .sequentiallyConsistent)
                 op.queueStarted = true
                 out.append(op)
             }
@@ -240,21 +240,25 @@ open class OperationQueue: @unchecked Sendable {
 
     func enqueue(_ op: Operation, isBarrier: Bool = false) {
         let me = Unmanaged.passUnretained(self)
-        // Claim the operation for this queue, or trap on misuse, leaving it untouched.
-        let (problem, noDependencies, level) = op.guarded.locked { g -> (String?, Bool, Int) in
-            let phase = op.phase.load(ordering: .acquiring)
-            if op.finishHandled.load(ordering: .acquiring) || phase == Operation.Phase.finished.rawValue {
-                return ("has already finished", false, 0)
-            }
-            if phase == Operation.Phase.executing.rawValue { return ("is executing", false, 0) }
-            if g.queue != nil { return ("is already in an operation queue", false, 0) }
-            g.queue = me
-            op.ownerQueue = me
-            return (nil, g.unfinished == 0, g.queuePriority.level)
+        // Claim the operation for this queue with one CAS, or trap on misuse, leaving it
+        // untouched. (Finished or executing operations are refused before the claim.)
+        let phase = op.phase.load(ordering: .acquiring)
+        var problem: String? = nil
+        if op.finishHandled.load(ordering: .acquiring) || phase == Operation.Phase.finished.rawValue {
+            problem = "has already finished"
+        } else if phase == Operation.Phase.executing.rawValue {
+            problem = "is executing"
+        } else if !op.queueWord.compareExchange(
+            expected: 0, desired: UInt(bitPattern: me.toOpaque()), ordering: .acquiringAndReleasing).exchanged {
+            problem = "is already in an operation queue"
         }
         if let problem {
             fatalError("OperationQueue.addOperation: \(op.describe()) \(problem); an operation can be added to one queue, once, before it starts")
         }
+        // An operation that never had a dependency has none now; only others need the
+        // lock to read their count.
+        let noDependencies = !op.hadDependencies.load(ordering: .acquiring) || op.guarded.locked { $0.unfinished == 0 }
+        let level = op.queuePriority.level
         // The common case — no dependencies, ready — takes the queue lock once: register,
         // and either start it directly (direct mode, nothing waiting ahead of it) or
         // push it on its ready list and take what may start.
@@ -264,7 +268,7 @@ open class OperationQueue: @unchecked Sendable {
         // A queue holding unfinished operations keeps itself alive (as Foundation's
         // does), which is what lets its operations refer to it unretained. The count
         // goes up before the operation is visible anywhere, so it cannot finish first.
-        if unfinishedCount.add(1, ordering: .sequentiallyConsistent).newValue == 1 { _ = me.retain() }
+        if unfinishedCount.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue == 1 { _ = me.retain() }
         var released: Unmanaged<Operation>? = nil
         var direct = false
         let (barrier, start, config) = state.locked { s -> (Operation?, Startable, DispatchConfig?) in
@@ -276,7 +280,7 @@ open class OperationQueue: @unchecked Sendable {
             }
             guard readyNow, !op.readySignalled.exchange(true, ordering: .acquiringAndReleasing) else { return (nil, .none, nil) }
             if s.isDirect && s.readyIsEmpty {
-                runningCount.add(1, ordering: .sequentiallyConsistent)
+                runningCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
                 op.queueStarted = true
                 direct = true
                 return (nil, .none, DispatchConfig(s))
@@ -328,8 +332,8 @@ open class OperationQueue: @unchecked Sendable {
         // takeStartable; we decrement and then read `scheduled`. Either we see the
         // switch and take the lock to start what waits, or our decrement is visible to
         // every takeStartable after it — no ready operation is stranded.
-        if started { runningCount.subtract(1, ordering: .sequentiallyConsistent) }
-        let remaining = unfinishedCount.subtract(1, ordering: .sequentiallyConsistent).newValue
+        if started { runningCount.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+        let remaining = unfinishedCount.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
         let needsLock = !started || remaining == 0 || scheduled.load(ordering: .sequentiallyConsistent)
             || hasProgress.load(ordering: .acquiring) || hasCountObservers.load(ordering: .acquiring)
         if needsLock {
