@@ -203,6 +203,8 @@ struct spindle_pool {
      * Unused by a permanent pool, which never shuts down. */
     _Atomic int64_t submitters;
     bool permanent;
+    /* Every worker pinned to one CPU of its own (set at creation). */
+    bool pinned_per_cpu;
     /* Set under idle.lock when the pool has quiesced after shutdown; workers exit. */
     _Atomic bool terminated;
     /* Set by shutdown once every worker has been joined. */

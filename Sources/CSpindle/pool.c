@@ -270,6 +270,16 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     }
     spindle_plan_free(own_plan);
     pool->deque_capacity = (uint32_t)(pool->workers[0].deque.mask + 1);
+    /* One worker per CPU, each on its own: outside submissions may then wake the worker
+     * on the submitter's CPU (park.c, pick_sleeper_locked). */
+    pool->pinned_per_cpu = true;
+    for (uint32_t i = 0; i < n; i++) {
+        const spindle_worker *w = &pool->workers[i];
+        bool alone = w->npin == 1;
+        for (uint32_t j = 0; alone && j < i; j++)
+            if (pool->workers[j].npin == 1 && pool->workers[j].pin[0] == w->pin[0]) alone = false;
+        if (!alone) pool->pinned_per_cpu = false;
+    }
     for (uint32_t i = 0; i < n; i++) {
         rc = pthread_create(&pool->workers[i].thread, NULL, spindle_worker_main, &pool->workers[i]);
         if (rc) {

@@ -5,6 +5,8 @@
 #include "internal.h"
 #include "spindle_testing.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 
 struct spindle_test_deque {
@@ -46,3 +48,12 @@ uint32_t spindle_test_deque_pop_overflow(spindle_test_deque *d, spindle_task **o
 uint32_t spindle_test_deque_capacity(const spindle_test_deque *d) {
     return (uint32_t)(d->deque.mask + 1);
 }
+
+int spindle_test_pin_self(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof set, &set) == 0 ? 0 : errno;
+}
+
+int spindle_test_current_cpu(void) { return sched_getcpu(); }

@@ -205,6 +205,40 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertThrowsError(try ThreadPool.shared.shutdown(.drain))
     }
 
+    func testOutsideSubmissionWakesTheWorkerOnTheSubmittersCPU() throws {
+        // A pool with one worker pinned per CPU wakes, for a submission from outside,
+        // the sleeping worker on the submitter's CPU (park.c, pick_sleeper_locked).
+        let cpus = Int(spindle_usable_cpu_count())
+        guard cpus >= 2 else { throw XCTSkip("needs two CPUs") }
+        var config = ThreadPool.Configuration()
+        config.pinning = .core
+        config.spin = .microseconds(1)
+        config.name = "wakecpu"
+        let pool = try ThreadPool(configuration: config)
+        defer { try? pool.shutdown() }
+        let ranOn = Atomic<Int32>(-1)
+        let done = DispatchSemaphore(value: 0)
+        let mismatches = Mutex<[String]>([])
+        let finished = DispatchSemaphore(value: 0)
+        let rounds = Stress.count(20)
+        // Run the submitter on each CPU in turn, pinned there.
+        let submitter = Thread {
+            for round in 0..<rounds {
+                let cpu = Int32(round % 2)
+                guard spindle_test_pin_self(cpu) == 0 else { mismatches.locked { $0.append("cannot pin to CPU \(cpu)") }; continue }
+                usleep(5_000) // every worker asleep
+                try? pool.submit { ranOn.store(spindle_test_current_cpu(), ordering: .releasing); done.signal() }
+                done.wait()
+                let got = ranOn.load(ordering: .acquiring)
+                if got != cpu { mismatches.locked { $0.append("round \(round): submitted on CPU \(cpu), ran on \(got)") } }
+            }
+            finished.signal()
+        }
+        submitter.start()
+        finished.wait()
+        XCTAssertEqual(mismatches.locked { $0 }, [])
+    }
+
     func testConcurrentPerformCoversEveryIndexOnce() throws {
         let pool = try ThreadPool()
         for n in [0, 1, 7, 1000, Stress.count(300_000)] {

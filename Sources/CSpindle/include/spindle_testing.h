@@ -26,6 +26,11 @@ int spindle_test_deque_steal(spindle_test_deque *d, spindle_task **out);
 uint32_t spindle_test_deque_pop_overflow(spindle_test_deque *d, spindle_task **out, uint32_t max);
 uint32_t spindle_test_deque_capacity(const spindle_test_deque *d);
 
+/** Restricts the calling thread to `cpu`; returns 0 or an errno. */
+int spindle_test_pin_self(int cpu);
+/** The CPU the calling thread runs on (sched_getcpu). */
+int spindle_test_current_cpu(void);
+
 #ifdef __cplusplus
 }
 #endif
