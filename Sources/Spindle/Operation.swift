@@ -127,9 +127,22 @@ open class Operation: @unchecked Sendable {
 
     /// The queue this operation was added to (its address; 0: none), claimed with one
     /// CAS when it is added — which is also how adding it twice, or to two queues, is
-    /// detected. Unretained: a queue keeps itself alive while it holds unfinished
-    /// operations, and it is only used while this one is unfinished (see ``inQueue``).
+    /// detected. Read without reference counting; `queueReference` keeps it valid.
     let queueWord = Atomic<UInt>(0)
+    /// The strong reference behind `queueWord`, set by the thread that claimed the
+    /// operation and dropped only by deinit. An operation keeps its queue alive, so
+    /// whoever is running or finishing an operation can use its queue. (The queue's
+    /// list holds its operations until they finish and the list is pruned or the queue
+    /// drains, which is when that cycle ends.) Taking it costs the adding thread one
+    /// uncontended retain; the release happens where the operation dies — usually the
+    /// same thread (see `OperationQueue.State.prune`).
+    ///
+    /// Rejected: the queue holding itself while it has unfinished operations (retained
+    /// when its count leaves zero, released when it returns there). A finisher that
+    /// must take the queue's lock after its decrement could then find the queue freed
+    /// by another finisher that brought the count to zero — a use-after-free the
+    /// direct-mode stress test caught.
+    var queueReference: OperationQueue?
     /// ``queuePriority``, as its raw value: read on every add, without a lock.
     let priorityWord = Atomic<Int>(QueuePriority.normal.rawValue)
 
@@ -578,8 +591,8 @@ open class Operation: @unchecked Sendable {
         for d in nowReady { d.dependenciesSatisfied() }
         notify(.finished)
         completion?()
-        // The queue is alive: it holds itself while it has unfinished operations, and
-        // this one is still counted. After this call it may be gone.
+        // The queue is alive: this operation holds it (`queueReference`), and our caller
+        // holds this operation.
         queue?._withUnsafeGuaranteedRef { $0.operationFinished(self) }
         // Last: release the waiters. A waiter sets `hasWaiters` and then checks
         // `finishCompleted` under the lock; we set `finishCompleted` and then check

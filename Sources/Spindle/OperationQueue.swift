@@ -79,12 +79,19 @@ open class OperationQueue: @unchecked Sendable {
             linked -= 1
         }
 
-        /// Unlinks finished operations: the first few at the head on every call (they
+        /// Unlinks finished operations: up to two at the head on every call (they
         /// usually finish in the order they were added), and the whole list once it
         /// holds more than twice the unfinished ones — amortised O(1) per operation,
-        /// and at most ~2× the unfinished operations stay referenced.
+        /// and at most ~2× the unfinished operations (+64) stay referenced.
+        ///
+        /// The head lags 64 operations behind: by then the worker that ran one has long
+        /// dropped its own reference, so the release here is the last and the memory is
+        /// freed on this thread — which allocates the next operation from the same
+        /// thread cache. Pruning right behind the workers made them free it instead,
+        /// and glibc then served every allocation here from its slow path (a quarter of
+        /// the adding thread's time in the operation-throughput profile).
         mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
-            for _ in 0..<2 {
+            for _ in 0..<2 where linked > unfinished + 64 {
                 guard let h = head, h._withUnsafeGuaranteedRef({ $0.queueDone.load(ordering: .acquiring) }) else { break }
                 h._withUnsafeGuaranteedRef { unlink($0, onto: &released) }
             }
@@ -144,15 +151,17 @@ open class OperationQueue: @unchecked Sendable {
             }
         }
 
-        /// Takes the operations that may start now and counts them in `running`.
-        mutating func takeStartable(_ running: borrowing Atomic<Int>) -> Startable {
+        /// Takes the operations that may start now and counts them as running in
+        /// `counts` (see ``OperationQueue/counts``).
+        mutating func takeStartable(_ counts: borrowing Atomic<UInt64>) -> Startable {
             guard !suspended else { return .none }
             var out = Startable.none
             // seq_cst load: pairs with the finishing side's decrement and load of
             // `scheduled` (see operationFinished).
-            while maxConcurrent < 0 || running.load(ordering: .sequentiallyConsistent) < maxConcurrent,
+            while maxConcurrent < 0
+                    || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent,
                   let op = popReady() {
-                running.wrappingAdd(1, ordering: .sequentiallyConsistent)
+                counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
                 op.queueStarted = true
                 out.append(op)
             }
@@ -164,10 +173,17 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     let state: FutexLocked<State>
-    /// Operations added and not finished (``operationCount``).
-    let unfinishedCount = Atomic<Int>(0)
-    /// Operations the queue has started and that have not finished.
-    let runningCount = Atomic<Int>(0)
+    /// Operations added and not finished (``operationCount``), in the high 32 bits, and
+    /// operations the queue has started that have not finished, in the low 32: one word,
+    /// so that adding an operation and finishing one are one atomic RMW each. Both
+    /// sides write it, so it is the queue's one contended cache line at the default
+    /// width; two counters cost a second RMW per side (a third of `enqueue`'s time).
+    let counts = Atomic<UInt64>(0)
+    static let oneUnfinished: UInt64 = 1 << 32
+    static let runningMask: UInt64 = 0xffff_ffff
+
+    /// The unfinished operations, from `counts`.
+    var unfinishedCount: Int { Int(counts.load(ordering: .sequentiallyConsistent) >> 32) }
     /// True when the queue is not in direct mode (a width limit, or suspended): then a
     /// finishing operation must take the lock to start the next. Written under the
     /// lock, seq_cst; see operationFinished for the pairing.
@@ -265,28 +281,42 @@ open class OperationQueue: @unchecked Sendable {
         // A plain operation's readiness is "no dependencies" (it overrides nothing);
         // other classes may override `isReady`, so ask them.
         let readyNow = noDependencies && (op.isPlainClass || op.isCancelled || op.isReady)
-        // A queue holding unfinished operations keeps itself alive (as Foundation's
-        // does), which is what lets its operations refer to it unretained. The count
-        // goes up before the operation is visible anywhere, so it cannot finish first.
-        if unfinishedCount.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue == 1 { _ = me.retain() }
+        // The operation keeps the queue alive from now on (`queueReference`): a queue
+        // with unfinished operations is not freed, and neither is one whose operations
+        // are being finished. The count goes up under the lock, before the operation
+        // can start, so before it can finish; a waiter (which checks the count under
+        // the lock) sees it.
+        op.queueReference = self
         var released: Unmanaged<Operation>? = nil
         var direct = false
         let (barrier, start, config) = state.locked { s -> (Operation?, Startable, DispatchConfig?) in
+            /// Counts the operation in (and, `running`, as started).
+            func count(running: Bool) {
+                let delta = OperationQueue.oneUnfinished | (running ? 1 : 0)
+                let now = counts.wrappingAdd(delta, ordering: .sequentiallyConsistent).newValue
+                s.prune(unfinished: Int(now >> 32), onto: &released)
+            }
             s.link(op)
-            s.prune(unfinished: unfinishedCount.load(ordering: .relaxed), onto: &released)
             if !isBarrier, let b = s.lastBarrier {
-                if !b.finishHandled.load(ordering: .acquiring) { return (b, .none, nil) }
+                if !b.finishHandled.load(ordering: .acquiring) {
+                    count(running: false)
+                    return (b, .none, nil)
+                }
                 s.lastBarrier = nil
             }
-            guard readyNow, !op.readySignalled.exchange(true, ordering: .acquiringAndReleasing) else { return (nil, .none, nil) }
+            guard readyNow, !op.readySignalled.exchange(true, ordering: .acquiringAndReleasing) else {
+                count(running: false)
+                return (nil, .none, nil)
+            }
             if s.isDirect && s.readyIsEmpty {
-                runningCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
+                count(running: true)
                 op.queueStarted = true
                 direct = true
                 return (nil, .none, DispatchConfig(s))
             }
+            count(running: false)
             s.push(op, level: level)
-            let start = s.takeStartable(runningCount)
+            let start = s.takeStartable(counts)
             return (nil, start, start.isEmpty ? nil : DispatchConfig(s))
         }
         OperationQueue.release(released)
@@ -318,7 +348,7 @@ open class OperationQueue: @unchecked Sendable {
         let level = op.queuePriority.level
         let (start, config) = state.locked { s -> (Startable, DispatchConfig) in
             s.push(op, level: level)
-            return (s.takeStartable(runningCount), DispatchConfig(s))
+            return (s.takeStartable(counts), DispatchConfig(s))
         }
         dispatch(start, config)
     }
@@ -328,12 +358,12 @@ open class OperationQueue: @unchecked Sendable {
         let started = op.queueStarted
         op.queueDone.store(true, ordering: .releasing)
         // Both seq_cst. The pairing: a thread switching the queue out of direct mode
-        // stores `scheduled` and then (under the lock) reads `runningCount` in
+        // stores `scheduled` and then (under the lock) reads `counts` in
         // takeStartable; we decrement and then read `scheduled`. Either we see the
         // switch and take the lock to start what waits, or our decrement is visible to
         // every takeStartable after it — no ready operation is stranded.
-        if started { runningCount.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
-        let remaining = unfinishedCount.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
+        let delta = OperationQueue.oneUnfinished | (started ? 1 : 0)
+        let remaining = Int(counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue >> 32)
         let needsLock = !started || remaining == 0 || scheduled.load(ordering: .sequentiallyConsistent)
             || hasProgress.load(ordering: .acquiring) || hasCountObservers.load(ordering: .acquiring)
         if needsLock {
@@ -345,27 +375,23 @@ open class OperationQueue: @unchecked Sendable {
                 if let p = s.progress, p.totalUnitCount > 0 { p.completedUnitCount += 1 }
                 var w: [Waiter] = []
                 // Re-read under the lock: an operation may have been added since.
-                if unfinishedCount.load(ordering: .sequentiallyConsistent) == 0 {
+                if unfinishedCount == 0 {
                     w = s.waiters
                     s.waiters = []
                     s.unlinkAll(onto: &released)
                     s.lastBarrier = nil
                 }
                 let observers = s.countObservers.isEmpty ? [] : s.countObservers.map(\.handler)
-                return (s.takeStartable(runningCount), DispatchConfig(s), w, observers)
+                return (s.takeStartable(counts), DispatchConfig(s), w, observers)
             }
             // Release what the queue held before waking waiters: a returning wait then
             // implies the queue no longer keeps any finished operation alive.
             OperationQueue.release(released)
-            let count = unfinishedCount.load(ordering: .acquiring)
+            let count = unfinishedCount
             for o in observers { o(count) }
             for w in waiters { w.signal() }
             dispatch(start, config)
         }
-        // Last, and only when the queue has just emptied: drop the reference the queue
-        // held on itself (taken when its count left zero). It may be the last one;
-        // nothing touches `self` after it.
-        if remaining == 0 { Unmanaged.passUnretained(self).release() }
     }
 
     /// Where started operations go, read under the lock together with them.
@@ -395,9 +421,9 @@ open class OperationQueue: @unchecked Sendable {
     private func startWhatCan(_ change: (inout State) -> Void) {
         let (start, config) = state.locked { s -> (Startable, DispatchConfig) in
             change(&s)
-            // seq_cst, before takeStartable reads runningCount: see operationFinished.
+            // seq_cst, before takeStartable reads `counts`: see operationFinished.
             scheduled.store(!s.isDirect, ordering: .sequentiallyConsistent)
-            return (s.takeStartable(runningCount), DispatchConfig(s))
+            return (s.takeStartable(counts), DispatchConfig(s))
         }
         dispatch(start, config)
     }
@@ -434,7 +460,7 @@ open class OperationQueue: @unchecked Sendable {
         spindle_latch_init(&latch)
         withUnsafeMutablePointer(to: &latch) { l in
             let registered = state.locked { s -> Bool in
-                if unfinishedCount.load(ordering: .sequentiallyConsistent) == 0 { return false }
+                if unfinishedCount == 0 { return false }
                 s.waiters.append(Waiter(latch: l))
                 return true
             }
@@ -447,7 +473,7 @@ open class OperationQueue: @unchecked Sendable {
     public func allOperationsFinished() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let registered = state.locked { s -> Bool in
-                if unfinishedCount.load(ordering: .sequentiallyConsistent) == 0 { return false }
+                if unfinishedCount == 0 { return false }
                 s.waiters.append(Waiter(continuation: c))
                 return true
             }
@@ -459,7 +485,7 @@ open class OperationQueue: @unchecked Sendable {
     open var operations: [Operation] { state.locked { $0.unfinished } }
 
     /// How many operations are in the queue and not finished.
-    open var operationCount: Int { unfinishedCount.load(ordering: .acquiring) }
+    open var operationCount: Int { unfinishedCount }
 
     /// How many operations may run at once; ``defaultMaxConcurrentOperationCount``
     /// (-1) means as many as the pool runs. 1 makes the queue serial. Lowering it does
@@ -498,7 +524,7 @@ open class OperationQueue: @unchecked Sendable {
         get { state.locked { $0.underlyingQueue } }
         set {
             let ok = state.locked { s -> Bool in
-                guard unfinishedCount.load(ordering: .sequentiallyConsistent) == 0 else { return false }
+                guard unfinishedCount == 0 else { return false }
                 s.underlyingQueue = newValue
                 return true
             }
@@ -538,7 +564,7 @@ open class OperationQueue: @unchecked Sendable {
 
     private func notifyCountChange() {
         let observers = state.locked { s in s.countObservers.map(\.handler) }
-        let count = unfinishedCount.load(ordering: .acquiring)
+        let count = unfinishedCount
         for o in observers { o(count) }
     }
 }
@@ -615,8 +641,8 @@ struct UncheckedSendableBox<T>: @unchecked Sendable {
 /// operation, usually by the thread that added it (see `State.prune`).
 ///
 /// The task holds a retained reference to the operation until it has run it. The
-/// queue is reached through `ownerQueue`, unretained: it keeps itself alive while the
-/// operation is unfinished (see `enqueue`).
+/// queue is reached through `ownerQueue`, unretained: the operation holds it (see
+/// `Operation.queueReference`).
 enum OpTask {
     static func submit(_ op: Operation, pool: OpaquePointer) {
         let node = op.taskNode ?? {
