@@ -28,6 +28,12 @@
  * frame — ones the forked half submitted — are simply run: they are ordinary work.
  * A frame always runs when dequeued, even by a pool that is cancelling: the task that
  * forked it is running and needs its result.
+ *
+ * Swift's `join` enters through spindle_swift_fork_join, declared with clang's
+ * `swiftcall`: it receives each closure as the two words Swift passes it in and calls
+ * them as Swift would. The frame borrows those words — both closures are arguments of
+ * the call, so they outlive the frame — which is what keeps a Swift fork free of
+ * allocation and reference counting (the reasons are in spindle.h).
  */
 #include "internal.h"
 
