@@ -38,6 +38,10 @@
  *   will run next anyway (locality), and sends the oldest — typically the biggest
  *   subtrees of a divide-and-conquer — where idle workers find them.
  *
+ * The owner's push and take, the hot path of every spawn and join, are inline in
+ * deque_owner.h (with their comments); this file keeps initialisation, the overflow,
+ * and the thieves' side.
+ *
  * Thieves take one item per CAS. Batched steals (several items with one CAS) would race
  * with the owner's fence-only take of items above `top` (I3); cross-node batch stealing
  * is therefore done by repeating single steals.
@@ -102,69 +106,18 @@ static uint32_t deque_overflow(spindle_deque *d, int64_t t, int64_t b, spindle_i
     return (uint32_t)half;
 }
 
-uint32_t spindle_deque_push(spindle_deque *d, spindle_task *t, spindle_injector *overflow) {
+uint32_t spindle_deque_push_full(spindle_deque *d, spindle_task *t, spindle_injector *overflow) {
     uint32_t moved = 0;
-    /* Lê push line 2: only the owner writes `bottom`, so relaxed reads its own value. */
+    /* Only the owner writes `bottom`, so relaxed reads its own value. */
     int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
     for (;;) {
-        /* Lê push line 3: acquire pairs with the thieves' CAS on `top` (seq_cst, so also
-         * release): once we see top advanced past a slot, the thief's read of that slot
-         * happened-before, and we may overwrite it (I4). */
+        /* Acquire, as in spindle_deque_push (deque_owner.h). */
         int64_t tp = atomic_load_explicit(&d->top, memory_order_acquire);
         if (b - tp <= d->mask) break;
-        uint32_t n = deque_overflow(d, tp, b, overflow);
-        moved += n;
+        moved += deque_overflow(d, tp, b, overflow);
     }
-    /* Lê push line 7: the slot write itself may be relaxed; it is published by the
-     * release below together with everything the caller wrote into the task. */
-    atomic_store_explicit(&d->buf[b & d->mask], t, memory_order_relaxed);
-#if SPINDLE_TSAN
-    /* TSan: a release store is the fence-free equivalent of fence(release)+relaxed store. */
-    atomic_store_explicit(&d->bottom, b + 1, memory_order_release);
-#else
-    /* Lê push lines 8-9: the release fence orders the slot write (and the task's
-     * contents) before the new `bottom`; it pairs with the acquire load of `bottom` in
-     * steal. On x86 it compiles to nothing. */
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
-#endif
+    spindle_deque_push_slot(d, t, b);
     return moved;
-}
-
-spindle_task *spindle_deque_pop(spindle_deque *d) {
-    /* Lê take line 2. */
-    int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed) - 1;
-#if SPINDLE_TSAN
-    /* TSan: a seq_cst exchange + seq_cst load give the same store->load ordering as the
-     * relaxed store + seq_cst fence below, in a form TSan understands. */
-    atomic_exchange_explicit(&d->bottom, b, memory_order_seq_cst);
-    int64_t t = atomic_load_explicit(&d->top, memory_order_seq_cst);
-#else
-    /* Lê take lines 3-5: announce the take by lowering `bottom`, then a full fence so
-     * that the store to `bottom` is ordered before the load of `top` (a store->load
-     * ordering only a seq_cst fence gives). It pairs with the seq_cst fence in steal:
-     * either the thief sees our lowered bottom and backs off, or we see its raised top
-     * and fall into the CAS race for the last item (I3). */
-    atomic_store_explicit(&d->bottom, b, memory_order_relaxed);
-    atomic_thread_fence(memory_order_seq_cst);
-    int64_t t = atomic_load_explicit(&d->top, memory_order_relaxed);
-#endif
-    if (t > b) {
-        /* Empty: restore bottom (Lê take line 16). Relaxed: only we write it. */
-        atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
-        return NULL;
-    }
-    /* Lê take line 7: we wrote this slot ourselves. */
-    spindle_task *x = atomic_load_explicit(&d->buf[b & d->mask], memory_order_relaxed);
-    if (t == b) {
-        /* The last item: race the thieves for it with their own CAS (Lê take lines
-         * 9-12). seq_cst: part of the total order with the thieves' CASes. */
-        if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
-                                                     memory_order_relaxed))
-            x = NULL;
-        atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
-    }
-    return x;
 }
 
 spindle_steal_result spindle_deque_steal(spindle_deque *d, spindle_task **out) {

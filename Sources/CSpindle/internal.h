@@ -109,11 +109,8 @@ int spindle_deque_init(spindle_deque *d, uint32_t capacity, void *(*alloc)(size_
                        void *alloc_ctx);
 void spindle_deque_free(spindle_deque *d, void (*dealloc)(void *, size_t, void *),
                         void *alloc_ctx);
-/* Owner only. When full, moves the older half to `overflow` and returns how many it
- * moved (0 when there was room). */
-uint32_t spindle_deque_push(spindle_deque *d, spindle_task *t, spindle_injector *overflow);
-/* Owner only: LIFO. */
-spindle_task *spindle_deque_pop(spindle_deque *d);
+/* Owner only: push (LIFO end) and take — inline, in deque_owner.h. */
+#include "deque_owner.h"
 /* Any thread: FIFO. */
 spindle_steal_result spindle_deque_steal(spindle_deque *d, spindle_task **out);
 /* Any thread: racy length estimate (exact when quiescent). */
@@ -235,10 +232,35 @@ void spindle_worker_push(spindle_worker *w, spindle_task *t);
 /* park.c: the idle protocol */
 int spindle_idle_init(spindle_idle *idle, uint32_t nworkers);
 void spindle_idle_destroy(spindle_idle *idle);
-void spindle_notify_one(spindle_pool *pool);
+/* The idle accounting word: state = (unparked << 32) | searching (park.c). */
+#define SPINDLE_SEARCHING(s) ((uint32_t)((s) & 0xffffffffu))
+#define SPINDLE_UNPARKED(s) ((uint32_t)((s) >> 32))
+static inline bool spindle_should_wake(const spindle_idle *idle, uint64_t s) {
+    return SPINDLE_SEARCHING(s) == 0 && SPINDLE_UNPARKED(s) < idle->nworkers;
+}
+/* Wakes one sleeper if the counts still say so (under the idle lock). */
+void spindle_wake_one(spindle_pool *pool, bool prefer_local_cpu);
+
+/* Makes sure someone will look at work the caller has just published: step b/c of
+ * park.c's Dekker pairing. Inline: it runs on every local spawn. */
+static inline void spindle_notify_one(spindle_pool *pool) {
+    /* Step b: the caller has just published work; order that store before our load of
+     * the state. */
+    atomic_thread_fence(memory_order_seq_cst);
+    /* Relaxed after the fence: the fence provides the ordering. Fast path: someone is
+     * searching or nobody is parked — no lock, no syscall. */
+    if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
+        spindle_wake_one(pool, false);
+}
+
 /* notify_one for a caller whose last publishing step was spindle_injector_push (a
  * seq_cst RMW): no fence needed (park.c). */
-void spindle_notify_one_after_push(spindle_pool *pool);
+static inline void spindle_notify_one_after_push(spindle_pool *pool) {
+    /* Step c without fence b: seq_cst load after the injector's seq_cst increment of
+     * `len` (see the top of park.c). */
+    if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_seq_cst)))
+        spindle_wake_one(pool, true);
+}
 void spindle_notify_all(spindle_pool *pool);
 bool spindle_idle_try_start_searching(spindle_idle *idle);
 bool spindle_idle_stop_searching(spindle_idle *idle); /* true: was the last searcher */

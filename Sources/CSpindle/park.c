@@ -66,8 +66,8 @@ enum { PARK_EMPTY = 0, PARK_PARKED = 1, PARK_NOTIFIED = 2 };
 
 #define SEARCHING_ONE ((uint64_t)1)
 #define UNPARKED_ONE ((uint64_t)1 << 32)
-#define SEARCHING(s) ((uint32_t)((s) & 0xffffffffu))
-#define UNPARKED(s) ((uint32_t)((s) >> 32))
+#define SEARCHING(s) SPINDLE_SEARCHING(s)
+#define UNPARKED(s) SPINDLE_UNPARKED(s)
 
 uint64_t spindle_now_ns(void) {
     struct timespec ts;
@@ -157,31 +157,9 @@ bool spindle_idle_stop_searching(spindle_idle *idle) {
     return SEARCHING(prev) == 1;
 }
 
-/* Should a new piece of work wake a sleeper? Nobody searching, somebody parked. */
-static bool should_wake(spindle_idle *idle, uint64_t s) {
-    return SEARCHING(s) == 0 && UNPARKED(s) < idle->nworkers;
-}
-
-static void wake_one(spindle_pool *pool, bool prefer_local_cpu);
-
-void spindle_notify_one(spindle_pool *pool) {
-    /* Step b of the Dekker pairing: the caller has just published work; order that
-     * store before our load of the state. */
-    atomic_thread_fence(memory_order_seq_cst);
-    /* Relaxed after the fence: the fence provides the ordering. Fast path: someone is
-     * searching or nobody is parked — no lock, no syscall. */
-    if (!should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
-        return;
-    wake_one(pool, false);
-}
-
-void spindle_notify_one_after_push(spindle_pool *pool) {
-    /* Step c without fence b: seq_cst load after the injector's seq_cst increment of
-     * `len` (see the top of this file). */
-    if (!should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_seq_cst)))
-        return;
-    wake_one(pool, true);
-}
+/* spindle_notify_one and spindle_notify_one_after_push (the fast paths: should a new
+ * piece of work wake a sleeper? nobody searching, somebody parked) are inline in
+ * internal.h; they call spindle_wake_one below. */
 
 /* Which sleeper to wake: the most recently parked (LIFO: its cache is the warmest) —
  * except that a submission from outside the pool prefers a sleeper pinned to the
@@ -214,12 +192,12 @@ static uint32_t pick_sleeper_locked(spindle_pool *pool, bool prefer_local_cpu) {
     return i;
 }
 
-static void wake_one(spindle_pool *pool, bool prefer_local_cpu) {
+void spindle_wake_one(spindle_pool *pool, bool prefer_local_cpu) {
     spindle_idle *idle = &pool->idle;
     spindle_worker *w = NULL;
     pthread_mutex_lock(&idle->lock);
     /* Re-check under the lock: the counts only change in our favour under it. */
-    if (should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed)) &&
+    if (spindle_should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed)) &&
         idle->nsleepers > 0) {
         uint32_t i = pick_sleeper_locked(pool, prefer_local_cpu);
         w = &pool->workers[i];
