@@ -101,7 +101,8 @@ open class Operation: @unchecked Sendable {
     /// Set while the owning queue is calling `start()`, so a manual `start()` of a
     /// queued operation can be told apart and refused.
     let startedByQueue = Atomic<Bool>(false)
-    /// Set by whoever tells the queue this operation is ready: exactly once.
+    /// Set when the queue takes this operation as ready: exactly once. Written only under
+    /// the owning queue's lock (so a plain store suffices); read anywhere as a hint.
     let readySignalled = Atomic<Bool>(false)
     /// Set once anyone registers an observer, so that unobserved operations (almost
     /// all) skip the observer bookkeeping.
@@ -159,6 +160,10 @@ open class Operation: @unchecked Sendable {
     var queueNext: Unmanaged<Operation>?
     var queueStarted = false
     var queueRetired = false
+    /// Set when the queue has registered this operation (its list and count): until
+    /// then a readiness signal from another thread (a concurrent `cancel()`) is left
+    /// to `enqueue`, which evaluates readiness itself.
+    var queueLinked = false
     /// Set when the queue has counted this operation finished; it may then be pruned
     /// from the queue's list, by another thread, without the finishing thread's help.
     let queueDone = Atomic<Bool>(false)
@@ -534,7 +539,7 @@ open class Operation: @unchecked Sendable {
         guard let queue = ownerQueue, !finishHandled.load(ordering: .acquiring) else { return }
         // The dynamic `isReady` is read outside our lock: overrides call `super`.
         guard isCancelled || isReady else { return }
-        if readySignalled.exchange(true, ordering: .acquiringAndReleasing) { return }
+        // The queue decides, under its lock, whether this is the one signal.
         queue._withUnsafeGuaranteedRef { $0.operationBecameReady(self) }
     }
 

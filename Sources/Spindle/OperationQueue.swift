@@ -60,6 +60,7 @@ open class OperationQueue: @unchecked Sendable {
         /// Appends `op` to the list of unfinished operations, retaining it.
         mutating func link(_ op: Operation) {
             let u = Unmanaged.passRetained(op)
+            op.queueLinked = true
             op.queuePrev = tail
             op.queueNext = nil
             if let t = tail { t._withUnsafeGuaranteedRef { $0.queueNext = u } } else { head = u }
@@ -304,10 +305,11 @@ open class OperationQueue: @unchecked Sendable {
                 }
                 s.lastBarrier = nil
             }
-            guard readyNow, !op.readySignalled.exchange(true, ordering: .acquiringAndReleasing) else {
+            guard readyNow, !op.readySignalled.load(ordering: .relaxed) else {
                 count(running: false)
                 return (nil, .none, nil)
             }
+            op.readySignalled.store(true, ordering: .relaxed)
             if s.isDirect && s.readyIsEmpty {
                 count(running: true)
                 op.queueStarted = true
@@ -346,11 +348,16 @@ open class OperationQueue: @unchecked Sendable {
 
     func operationBecameReady(_ op: Operation) {
         let level = op.queuePriority.level
-        let (start, config) = state.locked { s -> (Startable, DispatchConfig) in
+        let (start, config) = state.locked { s -> (Startable, DispatchConfig?) in
+            // Exactly once, and never before `enqueue` has counted the operation (it
+            // re-evaluates readiness itself after registering it). Both checks are
+            // under our lock, which is where every write of these fields happens.
+            guard op.queueLinked, !op.readySignalled.load(ordering: .relaxed) else { return (.none, nil) }
+            op.readySignalled.store(true, ordering: .relaxed)
             s.push(op, level: level)
             return (s.takeStartable(counts), DispatchConfig(s))
         }
-        dispatch(start, config)
+        if let config { dispatch(start, config) }
     }
 
     func operationFinished(_ op: Operation) {

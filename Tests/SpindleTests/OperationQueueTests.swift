@@ -279,6 +279,52 @@ final class OperationQueueTests: XCTestCase {
         }
     }
 
+    func testCancelRacingAddOperationCountsTheOperationOnce() {
+        // A cancel() on another thread makes an operation ready while addOperation is
+        // registering it: both sides try to hand it to the queue. It must start exactly
+        // once (twice traps "already executing"), finish once, and be counted before it
+        // can finish (finished first, the count would wrap below zero). The narrowest
+        // interleaving — cancel's whole path inside the few instructions between the
+        // claim and the registration — needs the adder preempted there, so this test
+        // mostly guards the wider overlaps; the ordering argument is in
+        // OperationQueue.operationBecameReady.
+        let q = OperationQueue()
+        let rounds = Stress.count(5_000)
+        let completions = Atomic<Int>(0)
+        let ran = Atomic<Int>(0)
+        let ops = (0..<rounds).map { _ in
+            let op = BlockOperation { ran.add(1, ordering: .relaxed) }
+            op.completionBlock = { completions.add(1, ordering: .relaxed) }
+            return op
+        }
+        // The canceller spins until the adder announces round i, then cancels op i at
+        // once: the two calls overlap as closely as two threads can make them.
+        let announced = Atomic<Int>(-1)
+        let largestCount = Atomic<Int>(0)
+        let canceller = Thread {
+            for i in 0..<rounds {
+                while announced.load(ordering: .acquiring) < i {}
+                ops[i].cancel()
+                // An operation finished before it was counted shows as a count that
+                // wrapped below zero: far more operations than were ever added.
+                let c = q.operationCount
+                if c > largestCount.load(ordering: .relaxed) { largestCount.store(c, ordering: .relaxed) }
+            }
+        }
+        canceller.start()
+        for i in 0..<rounds {
+            announced.store(i, ordering: .releasing)
+            q.addOperation(ops[i])
+        }
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async { q.waitUntilAllOperationsAreFinished(); done.signal() }
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success, "the queue never drained")
+        XCTAssertEqual(q.operationCount, 0)
+        XCTAssertLessThanOrEqual(largestCount.load(ordering: .relaxed), rounds, "the count went below zero")
+        XCTAssertEqual(completions.load(ordering: .relaxed), rounds, "every operation finishes exactly once")
+        XCTAssertLessThanOrEqual(ran.load(ordering: .relaxed), rounds)
+    }
+
     func testFinishedOperationsAreReleasedAndNotListed() {
         let counter = ReleaseCounter()
         let q = OperationQueue()
