@@ -147,15 +147,15 @@ open class Operation: @unchecked Sendable {
     /// ``queuePriority``, as its raw value: read on every add, without a lock.
     let priorityWord = Atomic<Int>(QueuePriority.normal.rawValue)
 
-    /// The queue, if any. Valid while the operation is unfinished.
+    /// The queue, if any — kept alive by `queueReference` as long as this operation is.
     var ownerQueue: Unmanaged<OperationQueue>? {
         let bits = queueWord.load(ordering: .acquiring)
         return bits == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
     }
 
     // Owned by the queue this operation is in; only touched under that queue's lock.
-    /// Neighbours in the queue's list of unfinished operations (which holds the
-    /// retained reference).
+    /// Neighbours in the queue's list of operations (which holds the retained reference;
+    /// finished ones stay until the list is pruned).
     var queuePrev: Unmanaged<Operation>?
     var queueNext: Unmanaged<Operation>?
     var queueStarted = false

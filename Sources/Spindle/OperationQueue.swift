@@ -12,13 +12,13 @@ import Synchronization
 ///
 /// ### How it schedules
 /// The queue keeps five FIFO ready lists (one per priority) under one lock, and its
-/// operation and running counts in atomics. Starting an operation submits it to the
+/// operation and running counts in one atomic word. Starting an operation submits it to the
 /// pool for its quality of service; an operation added from inside a running operation
 /// goes on the current worker's own deque (no shared cache line).
 ///
 /// A queue at the default width and not suspended is in *direct mode*: a ready
 /// operation is submitted as it is added (nothing can be ahead of it), and finishing
-/// one takes no lock at all — two atomic decrements — unless the queue just emptied
+/// one takes no lock at all — one atomic decrement — unless the queue just emptied
 /// or someone observes its count or progress. Otherwise (a width limit, suspension)
 /// a finishing operation takes the lock to start the next ready ones.
 ///
@@ -57,7 +57,7 @@ open class OperationQueue: @unchecked Sendable {
         var nextObserverID = 0
         var progress: Progress?
 
-        /// Appends `op` to the list of unfinished operations, retaining it.
+        /// Appends `op` to the list, retaining it.
         mutating func link(_ op: Operation) {
             let u = Unmanaged.passRetained(op)
             op.queueLinked = true
