@@ -143,7 +143,7 @@ open class Operation: @unchecked Sendable {
     /// must take the queue's lock after its decrement could then find the queue freed
     /// by another finisher that brought the count to zero — a use-after-free the
     /// direct-mode stress test caught.
-    var queueReference: OperationQueue?
+    @exclusivity(unchecked) var queueReference: OperationQueue?
     /// ``queuePriority``, as its raw value: read on every add, without a lock.
     let priorityWord = Atomic<Int>(QueuePriority.normal.rawValue)
 
@@ -153,23 +153,27 @@ open class Operation: @unchecked Sendable {
         return bits == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
     }
 
-    // Owned by the queue this operation is in; only touched under that queue's lock.
+    // Owned by the queue this operation is in; only touched under that queue's lock (or,
+    // for `queueReference` and `taskNode`, by the one thread that claimed or submitted
+    // the operation, and by deinit). Their synchronisation is that lock, so Swift's
+    // dynamic exclusivity checks — a runtime call per access on a class property — are
+    // turned off for them (`@exclusivity(unchecked)`).
     /// Neighbours in the queue's list of operations (which holds the retained reference;
     /// finished ones stay until the list is pruned).
-    var queuePrev: Unmanaged<Operation>?
-    var queueNext: Unmanaged<Operation>?
-    var queueStarted = false
-    var queueRetired = false
+    @exclusivity(unchecked) var queuePrev: Unmanaged<Operation>?
+    @exclusivity(unchecked) var queueNext: Unmanaged<Operation>?
+    @exclusivity(unchecked) var queueStarted = false
+    @exclusivity(unchecked) var queueRetired = false
     /// Set when the queue has registered this operation (its list and count): until
     /// then a readiness signal from another thread (a concurrent `cancel()`) is left
     /// to `enqueue`, which evaluates readiness itself.
-    var queueLinked = false
+    @exclusivity(unchecked) var queueLinked = false
     /// Set when the queue has counted this operation finished; it may then be pruned
     /// from the queue's list, by another thread, without the finishing thread's help.
     let queueDone = Atomic<Bool>(false)
     /// The engine task node this operation was submitted with (see `OpTask`); freed
     /// with the operation.
-    var taskNode: UnsafeMutablePointer<OpTaskNode>?
+    @exclusivity(unchecked) var taskNode: UnsafeMutablePointer<OpTaskNode>?
 
     /// Creates an operation that is ready (no dependencies), not cancelled, in no queue.
     public init() {}
@@ -366,7 +370,11 @@ open class Operation: @unchecked Sendable {
     /// and is then set to nil. It runs on the thread that finished the operation,
     /// before waiters on the operation or its queue are released.
     open var completionBlock: (@Sendable () -> Void)? {
-        get { guarded.locked { $0.completionBlock } }
+        get {
+            // Through a struct, as in finishProtocol: no re-abstraction.
+            struct Box { let block: (@Sendable () -> Void)? }
+            return guarded.locked { Box(block: $0.completionBlock) }.block
+        }
         set {
             if newValue != nil { needsFinishLock.store(true, ordering: .sequentiallyConsistent) }
             guarded.locked { $0.completionBlock = newValue }
@@ -568,10 +576,15 @@ open class Operation: @unchecked Sendable {
         // A custom asynchronous operation reports `isFinished` through its override;
         // make the base state agree.
         phase.store(Phase.finished.rawValue, ordering: .releasing)
-        var nowReady: [Operation] = []
-        var completion: (@Sendable () -> Void)? = nil
+        // What the locked part hands on, in a struct: a closure returned through the
+        // lock's generic result in a tuple would be re-abstracted (two allocations).
+        struct HandOff {
+            var ready: [Operation] = []
+            var completion: (@Sendable () -> Void)? = nil
+        }
+        var handOff = HandOff()
         if needsFinishLock.load(ordering: .sequentiallyConsistent) {
-            (nowReady, completion) = guarded.locked { g -> ([Operation], (@Sendable () -> Void)?) in
+            handOff = guarded.locked { g -> HandOff in
                 // Count this edge down in every dependent, under our lock (see Dependents).
                 // Only dependents in a queue and unfinished are retained — the queue keeps
                 // them alive, so they cannot be mid-deinit — to be told they are ready
@@ -589,13 +602,13 @@ open class Operation: @unchecked Sendable {
                 g.dependents = .none
                 let c = g.completionBlock
                 g.completionBlock = nil
-                return (ready, c)
+                return HandOff(ready: ready, completion: c)
             }
         }
         let queue = ownerQueue
-        for d in nowReady { d.dependenciesSatisfied() }
+        for d in handOff.ready { d.dependenciesSatisfied() }
         notify(.finished)
-        completion?()
+        handOff.completion?()
         // The queue is alive: this operation holds it (`queueReference`), and our caller
         // holds this operation.
         queue?._withUnsafeGuaranteedRef { $0.operationFinished(self) }

@@ -57,6 +57,14 @@ open class OperationQueue: @unchecked Sendable {
         var nextObserverID = 0
         var progress: Progress?
 
+        /// Counts an added operation in (`delta`: one unfinished, plus one running when
+        /// it starts directly) and prunes what has finished.
+        mutating func count(_ op: Operation, _ counts: borrowing Atomic<UInt64>, delta: UInt64,
+                            released: inout Unmanaged<Operation>?) {
+            let now = counts.wrappingAdd(delta, ordering: .sequentiallyConsistent).newValue
+            prune(unfinished: Int(now >> 32), onto: &released)
+        }
+
         /// Appends `op` to the list, retaining it.
         mutating func link(_ op: Operation) {
             let u = Unmanaged.passRetained(op)
@@ -288,39 +296,46 @@ open class OperationQueue: @unchecked Sendable {
         // can start, so before it can finish; a waiter (which checks the count under
         // the lock) sees it.
         op.queueReference = self
-        var released: Unmanaged<Operation>? = nil
-        var direct = false
-        let (barrier, start, config) = state.locked { s -> (Operation?, Startable, DispatchConfig?) in
-            /// Counts the operation in (and, `running`, as started).
-            func count(running: Bool) {
-                let delta = OperationQueue.oneUnfinished | (running ? 1 : 0)
-                let now = counts.wrappingAdd(delta, ordering: .sequentiallyConsistent).newValue
-                s.prune(unfinished: Int(now >> 32), onto: &released)
-            }
+        // The locked section's results, returned rather than written to captured
+        // variables (those would cost dynamic exclusivity checks on every add).
+        struct Outcome {
+            var barrier: Operation? = nil
+            var start = Startable.none
+            var config: DispatchConfig? = nil
+            var direct = false
+            var released: Unmanaged<Operation>? = nil
+        }
+        let outcome = state.locked { s -> Outcome in
+            var out = Outcome()
             s.link(op)
             if !isBarrier, let b = s.lastBarrier {
                 if !b.finishHandled.load(ordering: .acquiring) {
-                    count(running: false)
-                    return (b, .none, nil)
+                    s.count(op, counts, delta: OperationQueue.oneUnfinished, released: &out.released)
+                    out.barrier = b
+                    return out
                 }
                 s.lastBarrier = nil
             }
             guard readyNow, !op.readySignalled.load(ordering: .relaxed) else {
-                count(running: false)
-                return (nil, .none, nil)
+                s.count(op, counts, delta: OperationQueue.oneUnfinished, released: &out.released)
+                return out
             }
             op.readySignalled.store(true, ordering: .relaxed)
             if s.isDirect && s.readyIsEmpty {
-                count(running: true)
+                // Counted in and, at once, as running.
+                s.count(op, counts, delta: OperationQueue.oneUnfinished | 1, released: &out.released)
                 op.queueStarted = true
-                direct = true
-                return (nil, .none, DispatchConfig(s))
+                out.direct = true
+                out.config = DispatchConfig(s)
+                return out
             }
-            count(running: false)
+            s.count(op, counts, delta: OperationQueue.oneUnfinished, released: &out.released)
             s.push(op, level: level)
-            let start = s.takeStartable(counts)
-            return (nil, start, start.isEmpty ? nil : DispatchConfig(s))
+            out.start = s.takeStartable(counts)
+            out.config = out.start.isEmpty ? nil : DispatchConfig(s)
+            return out
         }
+        let (barrier, start, config, direct, released) = (outcome.barrier, outcome.start, outcome.config, outcome.direct, outcome.released)
         OperationQueue.release(released)
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
         if let barrier { op.addDependency(barrier) }

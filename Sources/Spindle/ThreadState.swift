@@ -6,13 +6,15 @@ import Glibc
 /// Per-thread state of the façade: which operation (and queue) the thread is running,
 /// and the work list that turns the release of a long dependency chain into a loop.
 ///
-/// Stored behind a pthread key whose destructor frees it when the thread exits.
+/// Stored behind a pthread key whose destructor frees it when the thread exits. Only its
+/// own thread touches it, so the per-operation fields skip Swift's dynamic exclusivity
+/// checks (`@exclusivity(unchecked)`).
 final class ThreadState {
     /// The operation whose `start()` this thread is inside (unretained: the runner
     /// holds a strong reference for the duration).
-    var currentOperation: Unmanaged<Operation>?
+    @exclusivity(unchecked) var currentOperation: Unmanaged<Operation>?
     /// The queue that started it (unretained, same reason).
-    var currentQueue: Unmanaged<OperationQueue>?
+    @exclusivity(unchecked) var currentQueue: Unmanaged<OperationQueue>?
     /// True while this thread is inside `releaseIteratively`.
     var draining = false
     /// Dependency arrays waiting to be released by the active drain loop.
