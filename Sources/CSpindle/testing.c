@@ -57,3 +57,5 @@ int spindle_test_pin_self(int cpu) {
 }
 
 int spindle_test_current_cpu(void) { return sched_getcpu(); }
+
+void spindle_test_relax(void) { spindle_cpu_relax(); }

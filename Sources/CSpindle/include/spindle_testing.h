@@ -30,6 +30,8 @@ uint32_t spindle_test_deque_capacity(const spindle_test_deque *d);
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */
 int spindle_test_current_cpu(void);
+/** One spin-wait hint (the pause instruction): for tests that need a busy delay. */
+void spindle_test_relax(void);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,49 @@
+import CSpindle
+import Foundation
+@testable import Spindle
+import XCTest
+
+/// The queues' lock (Sources/CSpindle/mutex.c): spin briefly, then sleep on a futex.
+final class MutexTests: XCTestCase {
+    /// Threads increment a plain (non-atomic) counter under the lock, with critical
+    /// sections long enough that contenders exhaust their spin and sleep: a lost
+    /// increment means two holders at once; a hang means a lost wake-up (M2).
+    func testMutualExclusionAndNoLostWakeUpUnderContention() {
+        let threads = 4
+        let rounds = Stress.count(20_000)
+        let locked = FutexLocked(0)
+        let started = DispatchGroup()
+        let finished = DispatchSemaphore(value: 0)
+        for t in 0..<threads {
+            started.enter()
+            Thread {
+                started.leave()
+                for i in 0..<rounds {
+                    locked.locked { value in
+                        let v = value
+                        // Every 64th section is long: forces the futex path.
+                        if (i + t) % 64 == 0 { for _ in 0..<2_000 { spindle_test_relax() } }
+                        value = v + 1
+                    }
+                }
+                finished.signal()
+            }.start()
+        }
+        started.wait()
+        for _ in 0..<threads {
+            XCTAssertEqual(finished.wait(timeout: .now() + 60), .success, "a waiter was never woken")
+        }
+        XCTAssertEqual(locked.locked { $0 }, threads * rounds, "increments were lost: two holders at once")
+    }
+
+    func testTryLockFailsWhileHeldAndSucceedsAfter() {
+        let m = UnsafeMutablePointer<spindle_mutex>.allocate(capacity: 1)
+        defer { m.deallocate() }
+        spindle_mutex_init(m)
+        XCTAssertTrue(spindle_mutex_trylock(m))
+        XCTAssertFalse(spindle_mutex_trylock(m))
+        spindle_mutex_unlock(m)
+        XCTAssertTrue(spindle_mutex_trylock(m))
+        spindle_mutex_unlock(m)
+    }
+}
