@@ -88,7 +88,7 @@ open class OperationQueue: @unchecked Sendable {
             linked -= 1
         }
 
-        /// Unlinks finished operations: up to two at the head on every call (they
+        /// Unlinks finished operations: one at the head on every call (they
         /// usually finish in the order they were added), and the whole list once it
         /// holds more than twice the unfinished ones — amortised O(1) per operation,
         /// and at most ~2× the unfinished operations (+64) stay referenced.
@@ -100,7 +100,7 @@ open class OperationQueue: @unchecked Sendable {
         /// and glibc then served every allocation here from its slow path (a quarter of
         /// the adding thread's time in the operation-throughput profile).
         mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
-            for _ in 0..<2 where linked > unfinished + 64 {
+            for _ in 0..<1 where linked > unfinished + 64 {
                 guard let h = head, h._withUnsafeGuaranteedRef({ $0.queueDone.load(ordering: .acquiring) }) else { break }
                 h._withUnsafeGuaranteedRef { unlink($0, onto: &released) }
             }
@@ -335,12 +335,11 @@ open class OperationQueue: @unchecked Sendable {
             out.config = out.start.isEmpty ? nil : DispatchConfig(s)
             return out
         }
-        let (barrier, start, config, direct, released) = (outcome.barrier, outcome.start, outcome.config, outcome.direct, outcome.released)
-        OperationQueue.release(released)
+        OperationQueue.release(outcome.released)
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
-        if let barrier { op.addDependency(barrier) }
-        if let config {
-            if direct { dispatch(op, config) } else { dispatch(start, config) }
+        if let barrier = outcome.barrier { op.addDependency(barrier) }
+        if let config = outcome.config {
+            if outcome.direct { dispatch(op, config) } else { dispatch(outcome.start, config) }
         } else {
             op.evaluateReadiness()
         }
@@ -420,7 +419,9 @@ open class OperationQueue: @unchecked Sendable {
     struct DispatchConfig {
         let underlying: DispatchQueue?
         let qualityOfService: QualityOfService
-        init(_ s: State) {
+        /// Borrowed: a copy of the whole state would retain and release every
+        /// reference in it.
+        init(_ s: borrowing State) {
             underlying = s.underlyingQueue
             qualityOfService = s.qualityOfService
         }
