@@ -217,6 +217,8 @@ struct spindle_pool {
     _Atomic int nice_error;
     _Atomic int effective_policy;
     _Atomic int policy_error;
+    _Atomic int slice_error;
+    uint32_t requested_slice_ns; /* 0: keep the kernel's */
 };
 
 extern _Thread_local spindle_worker *spindle_tls_worker;

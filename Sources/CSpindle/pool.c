@@ -252,6 +252,14 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->nice_error, 0);
     atomic_init(&pool->effective_policy, 0);
     atomic_init(&pool->policy_error, 0);
+    atomic_init(&pool->slice_error, 0);
+    /* The default slice only for SCHED_OTHER pools: BATCH and IDLE workers are meant to
+     * yield to everything else, not to preempt it. */
+    pool->requested_slice_ns =
+        cfg.slice_ns == SPINDLE_SLICE_KERNEL ? 0
+        : cfg.slice_ns != 0                  ? cfg.slice_ns
+        : cfg.policy == SPINDLE_POLICY_NORMAL ? SPINDLE_DEFAULT_SLICE_NS
+                                              : 0;
     pool->alloc_on_node = cfg.alloc_on_node ? cfg.alloc_on_node : default_alloc_on_node;
     pool->free_on_node = cfg.free_on_node ? cfg.free_on_node : default_free_on_node;
     pool->alloc_ctx = cfg.alloc_ctx;

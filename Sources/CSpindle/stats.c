@@ -54,3 +54,7 @@ int spindle_pool_effective_policy(const spindle_pool *pool) {
 int spindle_pool_policy_error(const spindle_pool *pool) {
     return atomic_load_explicit(&((spindle_pool *)pool)->policy_error, memory_order_relaxed);
 }
+
+int spindle_pool_slice_error(const spindle_pool *pool) {
+    return atomic_load_explicit(&((spindle_pool *)pool)->slice_error, memory_order_relaxed);
+}

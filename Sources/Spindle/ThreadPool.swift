@@ -109,6 +109,13 @@ public final class ThreadPool: @unchecked Sendable {
         public var plan: PlacementPlan?
         /// Thread-name prefix (the kernel keeps 15 characters, index included).
         public var name: String = "spindle-w"
+        /// The scheduler time slice each worker asks for (Linux 6.12+; the kernel
+        /// clamps it to 0.1–100 ms). nil: 100 µs for ``SchedulingPolicy/normal`` pools —
+        /// short, so that a worker woken for new work preempts the thread that submitted
+        /// it rather than waiting for that thread to block — and the kernel's own for
+        /// the batch and idle policies. ``Duration/zero`` keeps the kernel's slice.
+        /// A refusal (an older kernel) is reported by ``ThreadPool/timeSliceError``.
+        public var timeSlice: Duration? = nil
 
         /// The defaults, with `workers` workers (nil: one per usable CPU).
         public init(workers: Int? = nil) { self.workers = workers }
@@ -157,6 +164,13 @@ public final class ThreadPool: @unchecked Sendable {
         cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
         cfg.nice = configuration.nice ?? Int32.min // SPINDLE_NICE_INHERIT
         cfg.policy = configuration.policy.rawValue
+        if let slice = configuration.timeSlice {
+            let ns = slice.components.seconds * 1_000_000_000 + slice.components.attoseconds / 1_000_000_000
+            guard ns >= 0, ns < Int64(UInt32.max) else {
+                throw Error.invalidConfiguration("timeSlice must be between 0 and ~4 s")
+            }
+            cfg.slice_ns = ns == 0 ? UInt32.max /* SPINDLE_SLICE_KERNEL */ : UInt32(ns)
+        }
         cfg.pinning = Int32(configuration.pinning.engineValue.rawValue)
         // Process-wide pools never shut down: the engine then skips the shutdown
         // bookkeeping on every submission.
@@ -273,6 +287,14 @@ public final class ThreadPool: @unchecked Sendable {
     /// Why the configured policy was refused, or nil if it was applied.
     public var policyError: Int32? {
         let e = spindle_pool_policy_error(raw)
+        return e == 0 ? nil : e
+    }
+
+    /// Why the kernel refused the workers' time slice (``Configuration/timeSlice``;
+    /// Linux before 6.12 has no per-thread slice), or nil if it was applied or none was
+    /// asked for.
+    public var timeSliceError: Int32? {
+        let e = spindle_pool_slice_error(raw)
         return e == 0 ? nil : e
     }
 

@@ -239,6 +239,47 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(mismatches.locked { $0 }, [])
     }
 
+    /// The scheduler slice a worker runs with, read from inside a task
+    /// (`se.slice` in /proc/thread-self/sched, in ns), or nil where the kernel has none.
+    private func sliceSeenByATask(_ pool: ThreadPool) -> Int? {
+        pool.run { () -> Int? in
+            guard let text = try? String(contentsOfFile: "/proc/thread-self/sched", encoding: .utf8),
+                  let line = text.split(separator: "\n").first(where: { $0.hasPrefix("se.slice") }),
+                  let value = line.split(separator: ":").last?.trimmingCharacters(in: .whitespaces)
+            else { return nil }
+            return Int(value)
+        }
+    }
+
+    func testWorkersAskForTheConfiguredTimeSlice() throws {
+        let normal = try ThreadPool(workers: 1)
+        defer { try? normal.shutdown() }
+        guard let slice = sliceSeenByATask(normal), normal.timeSliceError == nil else {
+            throw XCTSkip("this kernel has no per-thread slice (error \(normal.timeSliceError ?? 0))")
+        }
+        XCTAssertEqual(slice, 100_000, "a normal-policy pool asks for 100 µs by default")
+
+        var c = ThreadPool.Configuration(workers: 1)
+        c.timeSlice = .microseconds(500)
+        let custom = try ThreadPool(configuration: c)
+        defer { try? custom.shutdown() }
+        XCTAssertEqual(sliceSeenByATask(custom), 500_000)
+
+        c.timeSlice = .zero
+        let kernel = try ThreadPool(configuration: c)
+        defer { try? kernel.shutdown() }
+        XCTAssertNotEqual(sliceSeenByATask(kernel), 100_000, "Duration.zero keeps the kernel's slice")
+
+        var b = ThreadPool.Configuration(workers: 1)
+        b.policy = .batch
+        let batch = try ThreadPool(configuration: b)
+        defer { try? batch.shutdown() }
+        XCTAssertNotEqual(sliceSeenByATask(batch), 100_000, "batch pools keep the kernel's slice")
+
+        c.timeSlice = .seconds(10)
+        XCTAssertThrowsError(try ThreadPool(configuration: c))
+    }
+
     func testConcurrentPerformCoversEveryIndexOnce() throws {
         let pool = try ThreadPool()
         for n in [0, 1, 7, 1000, Stress.count(300_000)] {

@@ -105,6 +105,14 @@ typedef struct spindle_config {
     /** Thread-name prefix; NULL means "spindle-w". Workers are named prefix + index,
      *  truncated to the kernel's 15 characters. */
     const char *name;
+    /** The scheduler time slice each worker asks for (Linux 6.12+, EEVDF's custom
+     *  slice, sched_attr.sched_runtime), in nanoseconds. 0 means the default:
+     *  SPINDLE_DEFAULT_SLICE_NS for SCHED_OTHER pools and the kernel's own for BATCH and
+     *  IDLE ones; SPINDLE_SLICE_KERNEL keeps the kernel's for every policy. A shorter
+     *  slice gives a woken worker an earlier deadline, so it preempts the thread that
+     *  submitted work instead of waiting for it to block. A refusal (an older kernel)
+     *  leaves the kernel's slice and is reported by spindle_pool_slice_error. */
+    uint32_t slice_ns;
     /** The pool lives until the process exits: spindle_pool_shutdown and
      *  spindle_pool_destroy refuse it (EPERM), and submissions from outside skip the
      *  bookkeeping that lets a shutdown wait for racing submitters — two atomic
@@ -113,6 +121,8 @@ typedef struct spindle_config {
 } spindle_config;
 
 enum { SPINDLE_POLICY_NORMAL = 0, SPINDLE_POLICY_BATCH = 1, SPINDLE_POLICY_IDLE = 2 };
+#define SPINDLE_DEFAULT_SLICE_NS 100000u
+#define SPINDLE_SLICE_KERNEL UINT32_MAX
 #define SPINDLE_NICE_INHERIT INT32_MIN
 
 #define SPINDLE_DEFAULT_DEQUE_CAPACITY 256u
@@ -194,6 +204,8 @@ int spindle_pool_nice_error(const spindle_pool *pool);
  *  sched_getscheduler reports it), and 0 or the errno that refused the requested one. */
 int spindle_pool_effective_policy(const spindle_pool *pool);
 int spindle_pool_policy_error(const spindle_pool *pool);
+/** 0, or the errno with which the kernel refused the workers' time slice. */
+int spindle_pool_slice_error(const spindle_pool *pool);
 
 /** Per-worker counters. All are monotonic since the pool was created. */
 typedef struct spindle_worker_stats {
