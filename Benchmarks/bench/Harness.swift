@@ -80,13 +80,14 @@ func progress(_ s: String) {
 
 /// Lets the threads of the system that ran last go idle before the next one starts.
 ///
-/// Dispatch and the Swift concurrency runtime keep worker threads polling for a while
+/// Dispatch and the Swift concurrency runtime keep worker threads busy for a while
 /// after a burst; on a two-CPU machine one such thread takes half of the next system's
-/// cores. Without the pause each system's figure depended on which system ran before
-/// it (fork-join: ~30 ns after Dispatch, ~40 ns after TaskGroup, alternating rep by
-/// rep). Every system gets the same pause, outside its timed region.
+/// cores. Measured on fork-join: with no pause Spindle's figure depended on which system
+/// ran before it (~17 ns after itself, 30–40 ns right after Dispatch's fork-join, rep by
+/// rep); 20 ms was not enough; after 200 ms every repetition measured ~17 ns. Every
+/// system gets the same pause, outside its timed region.
 func settle() {
-    usleep(20_000)
+    usleep(200_000)
 }
 
 /// Runs every system once to warm up, then `reps` repetitions in alternation (A B, then
