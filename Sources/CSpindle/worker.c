@@ -15,7 +15,8 @@
  *   4. as a searcher (see park.c, S1): the other workers' deques, oldest first, nearest
  *      tier first (SMT sibling, L3, node, other nodes by distance: topology.c, P3)
  *      from a random member of each tier, batch-stealing across nodes; and the
- *      injector again; for up to `spin_ns`.
+ *      injector again; for up to `spin_ns`, yielding the CPU every 16 rounds to any
+ *      other runnable thread (see apply_slice for why).
  * When all of that finds nothing it parks (spindle_idle_sleep).
  *
  * Invariants
