@@ -113,7 +113,7 @@ public final class ThreadPool: @unchecked Sendable {
         /// clamps it to 0.1–100 ms). nil: 100 µs for ``SchedulingPolicy/normal`` pools —
         /// short, so that a worker woken for new work preempts the thread that submitted
         /// it rather than waiting for that thread to block — and the kernel's own for
-        /// the batch and idle policies. ``Duration/zero`` keeps the kernel's slice.
+        /// the batch and idle policies. `Duration.zero` keeps the kernel's slice.
         /// A refusal (an older kernel) is reported by ``ThreadPool/timeSliceError``.
         public var timeSlice: Duration? = nil
 
