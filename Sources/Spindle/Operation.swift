@@ -564,6 +564,18 @@ open class Operation: @unchecked Sendable {
         return t == ObjectIdentifier(BlockOperation.self) || t == ObjectIdentifier(Operation.self)
     }
 
+    /// Counts one finished dependency off `d`, under `d`'s lock; true when that was the
+    /// last one and `d` is queued and unfinished — then the queue's list holds it, so it
+    /// is alive and may be retained. A static function of a guaranteed reference, not a
+    /// closure: nothing here may retain `d` (see finishProtocol).
+    static func countDownOneEdge(_ d: Operation) -> Bool {
+        let last = d.guarded.locked { dg -> Bool in
+            dg.unfinished -= 1
+            return dg.unfinished == 0
+        }
+        return last && d.queueWord.load(ordering: .acquiring) != 0 && !d.finishHandled.load(ordering: .acquiring)
+    }
+
     /// Whether the operation was added to a queue and has not finished.
     var inQueue: Bool {
         queueWord.load(ordering: .acquiring) != 0 && !finishHandled.load(ordering: .acquiring)
@@ -589,15 +601,17 @@ open class Operation: @unchecked Sendable {
                 // Only dependents in a queue and unfinished are retained — the queue keeps
                 // them alive, so they cannot be mid-deinit — to be told they are ready
                 // once we unlock.
+                //
+                // A dependent may be in its deinit right now (its last reference went away
+                // on another thread), blocked on our lock to deregister. It must not be
+                // retained even for an instant — a retain and release of an object whose
+                // count reached zero runs its deinit a second time — so it is reached
+                // only as a guaranteed reference and never captured by a closure (a
+                // capture is a retain in unoptimised builds; SPINDLE_STRESS=20 found it).
                 var ready: [Operation] = []
                 g.dependents.forEach { dependent in
-                    dependent._withUnsafeGuaranteedRef { d in
-                        let queued = d.guarded.locked { dg -> Bool in
-                            dg.unfinished -= 1
-                            return dg.unfinished == 0 && d.queueWord.load(ordering: .acquiring) != 0
-                        }
-                        if queued && !d.finishHandled.load(ordering: .acquiring) { ready.append(d) }
-                    }
+                    let nowReady = dependent._withUnsafeGuaranteedRef(Operation.countDownOneEdge)
+                    if nowReady { ready.append(dependent.takeUnretainedValue()) }
                 }
                 g.dependents = .none
                 let c = g.completionBlock
