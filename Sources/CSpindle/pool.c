@@ -71,8 +71,10 @@
  *      to fork) — in CANCEL mode what they spawn is cancelled when dequeued.
  *   4. It wakes every worker. Workers keep running (DRAIN) or cancelling (CANCEL) what
  *      they find. A worker that finds nothing parks; under the idle lock, the parking
- *      worker checks for quiescence: shutting down, every worker parked outside any
- *      task (so none can spawn), and every queue empty. The first to see it sets
+ *      worker checks for quiescence: shutting down, no outside submitter in flight
+ *      (step 3's count: a worker can get here before step 3 has finished; a refused
+ *      submitter that was counted for a moment wakes the workers to check again),
+ *      every worker parked outside any task (so none can spawn), and every queue empty. The first to see it sets
  *      `terminated` and wakes everyone; workers exit when they see `terminated`.
  *      Quiescence is stable: only running tasks or outside submitters create work, and
  *      there are none. Nothing is lost: each queued task was run or cancelled before
@@ -379,7 +381,14 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task) {
     /* Shutdown step 3, submitter's side: seq_cst increment, then seq_cst read. */
     atomic_fetch_add_explicit(&pool->submitters, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&pool->shutdown, memory_order_seq_cst) != 0) {
-        atomic_fetch_sub_explicit(&pool->submitters, 1, memory_order_relaxed);
+        /* Refused. Our count was in `submitters` for a moment, and a worker checking
+         * for quiescence (park.c) in that moment did not terminate; if we are the last
+         * to leave, wake the workers so that one checks again. seq_cst: the decrement
+         * is ordered before the workers' seq_cst reads of `submitters`. Only refused
+         * submissions pay this; the memory is still valid (freed only by
+         * spindle_pool_free, when nobody can call in). */
+        if (atomic_fetch_sub_explicit(&pool->submitters, 1, memory_order_seq_cst) == 1)
+            spindle_notify_all(pool);
         return ESHUTDOWN;
     }
     spindle_injector_push(&pool->injector, task);
