@@ -59,7 +59,7 @@ open class OperationQueue: @unchecked Sendable {
 
         /// Counts an added operation in (`delta`: one unfinished, plus one running when
         /// it starts directly) and prunes what has finished.
-        mutating func count(_ op: Operation, _ counts: borrowing Atomic<UInt64>, delta: UInt64,
+        mutating func count(_ counts: borrowing Atomic<UInt64>, delta: UInt64,
                             released: inout Unmanaged<Operation>?) {
             let now = counts.wrappingAdd(delta, ordering: .sequentiallyConsistent).newValue
             prune(unfinished: Int(now >> 32), onto: &released)
@@ -308,31 +308,29 @@ open class OperationQueue: @unchecked Sendable {
         let outcome = state.locked { s -> Outcome in
             var out = Outcome()
             s.link(op)
-            if !isBarrier, let b = s.lastBarrier {
-                if !b.finishHandled.load(ordering: .acquiring) {
-                    s.count(op, counts, delta: OperationQueue.oneUnfinished, released: &out.released)
-                    out.barrier = b
-                    return out
-                }
-                s.lastBarrier = nil
+            // Which way it goes: behind a pending barrier, not ready yet, straight to the
+            // pool (direct mode, nothing ahead of it), or onto its ready list.
+            var becomesReady = false
+            if !isBarrier, let b = s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) {
+                out.barrier = b
+            } else {
+                if !isBarrier, s.lastBarrier != nil { s.lastBarrier = nil }
+                becomesReady = readyNow && !op.readySignalled.load(ordering: .relaxed)
             }
-            guard readyNow, !op.readySignalled.load(ordering: .relaxed) else {
-                s.count(op, counts, delta: OperationQueue.oneUnfinished, released: &out.released)
-                return out
+            if becomesReady {
+                op.readySignalled.store(true, ordering: .relaxed)
+                out.direct = s.isDirect && s.readyIsEmpty
             }
-            op.readySignalled.store(true, ordering: .relaxed)
-            if s.isDirect && s.readyIsEmpty {
-                // Counted in and, at once, as running.
-                s.count(op, counts, delta: OperationQueue.oneUnfinished | 1, released: &out.released)
+            // Counted in (and, when it starts directly, as running) before it can start.
+            s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
+            if out.direct {
                 op.queueStarted = true
-                out.direct = true
                 out.config = DispatchConfig(s)
-                return out
+            } else if becomesReady {
+                s.push(op, level: level)
+                out.start = s.takeStartable(counts)
+                out.config = out.start.isEmpty ? nil : DispatchConfig(s)
             }
-            s.count(op, counts, delta: OperationQueue.oneUnfinished, released: &out.released)
-            s.push(op, level: level)
-            out.start = s.takeStartable(counts)
-            out.config = out.start.isEmpty ? nil : DispatchConfig(s)
             return out
         }
         OperationQueue.release(outcome.released)
@@ -668,11 +666,9 @@ struct UncheckedSendableBox<T>: @unchecked Sendable {
 /// `Operation.queueReference`).
 enum OpTask {
     static func submit(_ op: Operation, pool: OpaquePointer) {
-        let node = op.taskNode ?? {
-            let n = UnsafeMutablePointer<OpTaskNode>.allocate(capacity: 1)
-            op.taskNode = n
-            return n
-        }()
+        // An operation starts once, so it is submitted once: one node, freed by deinit.
+        let node = UnsafeMutablePointer<OpTaskNode>.allocate(capacity: 1)
+        op.taskNode = node
         node.initialize(to: OpTaskNode(
             task: spindle_task(spindle_private: (nil, nil), run: { task, _ in
                 // A pool only cancels tasks when it is destroyed; the pools operations
