@@ -24,7 +24,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     }
 
     /// Creates an operation that runs `block`.
-    public init(block: @escaping @Sendable () -> Void) {
+    public init(block: consuming @escaping @Sendable () -> Void) {
         initial = block
     }
 

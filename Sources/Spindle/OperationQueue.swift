@@ -46,6 +46,8 @@ open class OperationQueue: @unchecked Sendable {
         var tail: Unmanaged<Operation>?
         /// How many operations are linked, finished or not.
         var linked = 0
+        /// Finishers releasing the list of a drained queue (see `isDrained`).
+        var releasing = 0
         var maxConcurrent = OperationQueue.defaultMaxConcurrentOperationCount
         var suspended = false
         var name: String
@@ -65,9 +67,8 @@ open class OperationQueue: @unchecked Sendable {
             prune(unfinished: Int(now >> 32), onto: &released)
         }
 
-        /// Appends `op` to the list, retaining it.
-        mutating func link(_ op: Operation) {
-            let u = Unmanaged.passRetained(op)
+        /// Appends `op` to the list, which takes over the reference `u` holds.
+        mutating func link(_ u: Unmanaged<Operation>, _ op: Operation) {
             op.queueLinked = true
             op.queuePrev = tail
             op.queueNext = nil
@@ -88,23 +89,41 @@ open class OperationQueue: @unchecked Sendable {
             linked -= 1
         }
 
-        /// Unlinks finished operations: one at the head on every call (they
-        /// usually finish in the order they were added), and the whole list once it
-        /// holds more than twice the unfinished ones — amortised O(1) per operation,
-        /// and at most ~2× the unfinished operations (+64) stay referenced.
+        /// Unlinks finished operations, amortised O(1) per operation added, keeping at
+        /// most ~2× the unfinished operations (+256) referenced:
+        /// - on every call past 64 finished ones, up to two finished operations among
+        ///   the first four (operations finish roughly in the order they were added; the
+        ///   look-ahead steps over one that runs long, or one a preempted worker holds);
+        /// - the whole list once it holds more than twice the unfinished ones plus 256.
+        ///   The slack matters: with a threshold of 2× + 64, the count of unfinished
+        ///   operations swinging between 0 and a few dozen (two workers keeping up with
+        ///   one producer) set off a sweep every few adds — about one cache-missing step
+        ///   per operation added in the `operation-throughput` benchmark, against
+        ///   0.03-0.1 with this slack (and the look-ahead).
         ///
-        /// The head lags 64 operations behind: by then the worker that ran one has long
-        /// dropped its own reference, so the release here is the last and the memory is
-        /// freed on this thread — which allocates the next operation from the same
-        /// thread cache. Pruning right behind the workers made them free it instead,
-        /// and glibc then served every allocation here from its slow path (a quarter of
-        /// the adding thread's time in the operation-throughput profile).
+        /// The finished operations are kept 64 behind the workers: by then the worker
+        /// that ran one has long dropped its own reference, so the release here is the
+        /// last and the memory is freed on this thread — which allocates the next
+        /// operation from the same thread cache. Pruning right behind the workers made
+        /// them free it instead, and glibc then served every allocation here from its
+        /// slow path (a quarter of the adding thread's time in the operation-throughput
+        /// profile).
         mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
-            for _ in 0..<1 where linked > unfinished + 64 {
-                guard let h = head, h._withUnsafeGuaranteedRef({ $0.queueDone.load(ordering: .acquiring) }) else { break }
-                h._withUnsafeGuaranteedRef { unlink($0, onto: &released) }
+            if linked > unfinished + 64 {
+                var cursor = head, steps = 0, unlinked = 0
+                while let u = cursor, steps < 4, unlinked < 2 {
+                    cursor = u._withUnsafeGuaranteedRef { op in
+                        let next = op.queueNext
+                        if op.queueDone.load(ordering: .acquiring) {
+                            unlink(op, onto: &released)
+                            unlinked += 1
+                        }
+                        return next
+                    }
+                    steps += 1
+                }
             }
-            guard linked > 2 * unfinished + 64 else { return }
+            guard linked > 2 * unfinished + 256 else { return }
             var cursor = head
             while let u = cursor {
                 cursor = u._withUnsafeGuaranteedRef { op in
@@ -177,11 +196,27 @@ open class OperationQueue: @unchecked Sendable {
             return out
         }
 
+        /// True when the queue has no operations left and has released those it held.
+        ///
+        /// The count reaches zero before the finisher that brought it there takes the
+        /// lock to empty the list; a wait that returned in between would return while
+        /// finished operations (and what their blocks captured) were still referenced.
+        /// Zero unfinished with a non-empty list means that finisher is on its way, and
+        /// it signals the waiters once it has released them.
+        /// Likewise, a finisher releasing what a drained queue held (outside the lock:
+        /// deinits run user code) makes waiters wait until it has.
+        func isDrained(unfinished: Int) -> Bool { unfinished == 0 && linked == 0 && releasing == 0 }
+
         /// Direct mode: see the type's documentation.
         var isDirect: Bool { maxConcurrent < 0 && !suspended }
     }
 
     let state: FutexLocked<State>
+    /// Keeps `counts` (which the finishing workers write) off the cache line of the
+    /// object header, whose reference count the adding thread changes once per
+    /// operation (`Operation.queueReference`): sharing a line, that retain missed the
+    /// cache on almost every add (the costliest single retain in the profile).
+    private let headerPadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
     /// Operations added and not finished (``operationCount``), in the high 32 bits, and
     /// operations the queue has started that have not finished, in the low 32: one word,
     /// so that adding an operation and finishing one are one atomic RMW each. Both
@@ -240,8 +275,23 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     /// Wraps `block` in a ``BlockOperation`` and adds it.
-    open func addOperation(_ block: @escaping @Sendable () -> Void) {
-        enqueue(BlockOperation(block: block))
+    ///
+    /// As in Foundation, a subclass that overrides ``addOperation(_:)-(Operation)``
+    /// sees the operation made here.
+    open func addOperation(_ block: consuming @escaping @Sendable () -> Void) {
+        guard type(of: self) == OperationQueue.self else {
+            addOperation(BlockOperation(block: block))
+            return
+        }
+        // An operation made here is seen by no other thread until it is registered: it
+        // needs none of the misuse checks (nor the claiming CAS), and the reference it was
+        // created with becomes the queue's list reference instead of being retained
+        // there and released here. Two atomic read-modify-writes fewer per operation.
+        let u = Unmanaged<Operation>.passRetained(BlockOperation(block: block))
+        u._withUnsafeGuaranteedRef { op in
+            op.queueWord.store(UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()), ordering: .relaxed)
+            register(u, op, readyNow: true, level: Operation.QueuePriority.normal.level, fresh: true, isBarrier: false)
+        }
     }
 
     /// Adds several operations; with `wait`, blocks until they have all finished.
@@ -283,13 +333,23 @@ open class OperationQueue: @unchecked Sendable {
         // An operation that never had a dependency has none now; only others need the
         // lock to read their count.
         let noDependencies = !op.hadDependencies.load(ordering: .acquiring) || op.guarded.locked { $0.unfinished == 0 }
-        let level = op.queuePriority.level
-        // The common case — no dependencies, ready — takes the queue lock once: register,
-        // and either start it directly (direct mode, nothing waiting ahead of it) or
-        // push it on its ready list and take what may start.
         // A plain operation's readiness is "no dependencies" (it overrides nothing);
         // other classes may override `isReady`, so ask them.
         let readyNow = noDependencies && (op.isPlainClass || op.isCancelled || op.isReady)
+        register(Unmanaged.passRetained(op), op, readyNow: readyNow, level: op.queuePriority.level,
+                 fresh: false, isBarrier: isBarrier)
+    }
+
+    /// Registers a claimed operation and starts it if it may start. `u` is a reference
+    /// the queue's list takes over. `fresh`: `op` was made by the caller, which keeps no
+    /// reference of its own.
+    ///
+    /// The common case — no dependencies, ready — takes the queue lock once: register,
+    /// and either start it directly (direct mode, nothing waiting ahead of it) or push
+    /// it on its ready list and take what may start.
+    @inline(__always)
+    private func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool, level: Int,
+                          fresh: Bool, isBarrier: Bool) {
         // The operation keeps the queue alive from now on (`queueReference`): a queue
         // with unfinished operations is not freed, and neither is one whose operations
         // are being finished. The count goes up under the lock, before the operation
@@ -307,7 +367,7 @@ open class OperationQueue: @unchecked Sendable {
         }
         let outcome = state.locked { s -> Outcome in
             var out = Outcome()
-            s.link(op)
+            s.link(u, op)
             // Which way it goes: behind a pending barrier, not ready yet, straight to the
             // pool (direct mode, nothing ahead of it), or onto its ready list.
             var becomesReady = false
@@ -331,8 +391,16 @@ open class OperationQueue: @unchecked Sendable {
                 out.start = s.takeStartable(counts)
                 out.config = out.start.isEmpty ? nil : DispatchConfig(s)
             }
+            // Once the lock is released, only the caller's reference keeps `op` alive:
+            // from then on other threads can start, finish and unlink it. A fresh
+            // operation has no caller's reference, so it is kept (from here, under the
+            // lock) for the steps below that use it after that may have happened
+            // (behind a barrier, waiting for room, not ready) — not when it goes
+            // straight to the pool, where submitting it is its last use here.
+            if fresh && !out.direct { u.retain() }
             return out
         }
+        let keep = fresh && !outcome.direct
         OperationQueue.release(outcome.released)
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
         if let barrier = outcome.barrier { op.addDependency(barrier) }
@@ -341,6 +409,7 @@ open class OperationQueue: @unchecked Sendable {
         } else {
             op.evaluateReadiness()
         }
+        if keep { u.release() }
     }
 
     /// Releases a chain of references built by `unlink`.
@@ -387,7 +456,7 @@ open class OperationQueue: @unchecked Sendable {
             || hasProgress.load(ordering: .acquiring) || hasCountObservers.load(ordering: .acquiring)
         if needsLock {
             var released: Unmanaged<Operation>? = nil
-            let (start, config, waiters, observers) = state.locked {
+            let (start, config, drainWaiters, observers) = state.locked {
                 s -> (Startable, DispatchConfig, [Waiter], [@Sendable (Int) -> Void]) in
                 // Not started by the queue: it may sit in a ready list; skip it there.
                 if !started { op.queueRetired = true }
@@ -398,14 +467,26 @@ open class OperationQueue: @unchecked Sendable {
                     w = s.waiters
                     s.waiters = []
                     s.unlinkAll(onto: &released)
+                    if released != nil { s.releasing += 1 }
                     s.lastBarrier = nil
                 }
                 let observers = s.countObservers.isEmpty ? [] : s.countObservers.map(\.handler)
                 return (s.takeStartable(counts), DispatchConfig(s), w, observers)
             }
             // Release what the queue held before waking waiters: a returning wait then
-            // implies the queue no longer keeps any finished operation alive.
-            OperationQueue.release(released)
+            // implies the queue no longer keeps any finished operation alive. Waiters
+            // that came while we release it (`releasing` kept them waiting) are ours too.
+            var waiters = drainWaiters
+            if released != nil {
+                OperationQueue.release(released)
+                let late = state.locked { s -> [Waiter] in
+                    s.releasing -= 1
+                    guard s.isDrained(unfinished: unfinishedCount) else { return [] }
+                    defer { s.waiters = [] }
+                    return s.waiters
+                }
+                waiters += late
+            }
             let count = unfinishedCount
             for o in observers { o(count) }
             for w in waiters { w.signal() }
@@ -481,7 +562,7 @@ open class OperationQueue: @unchecked Sendable {
         spindle_latch_init(&latch)
         withUnsafeMutablePointer(to: &latch) { l in
             let registered = state.locked { s -> Bool in
-                if unfinishedCount == 0 { return false }
+                if s.isDrained(unfinished: unfinishedCount) { return false }
                 s.waiters.append(Waiter(latch: l))
                 return true
             }
@@ -494,7 +575,7 @@ open class OperationQueue: @unchecked Sendable {
     public func allOperationsFinished() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let registered = state.locked { s -> Bool in
-                if unfinishedCount == 0 { return false }
+                if s.isDrained(unfinished: unfinishedCount) { return false }
                 s.waiters.append(Waiter(continuation: c))
                 return true
             }
@@ -653,40 +734,41 @@ struct UncheckedSendableBox<T>: @unchecked Sendable {
     init(_ v: T) { value = v }
 }
 
-/// An operation submitted to the pool. The engine's task node is allocated once per
-/// operation and lives as long as the operation (freed by its deinit), not just until
-/// the task runs: freeing it on the worker that ran it would be a cross-thread free per
-/// operation, and glibc's per-thread caches turn those into arena-lock traffic with
-/// the thread that allocates (the `operation-throughput` profile: a quarter of the
-/// adding thread's time in `_int_malloc`). This way the node is freed with the
-/// operation, usually by the thread that added it (see `State.prune`).
+/// An operation submitted to the pool, through the task node inside it
+/// (`Operation.engineTask`): submitting allocates nothing.
 ///
 /// The task holds a retained reference to the operation until it has run it. The
 /// queue is reached through `ownerQueue`, unretained: the operation holds it (see
 /// `Operation.queueReference`).
 enum OpTask {
+    /// Where the node is: the first stored property, just past the object header.
+    @inline(__always)
+    static func node(of op: Operation) -> UnsafeMutablePointer<spindle_task> {
+        _getUnsafePointerToStoredProperties(op).assumingMemoryBound(to: spindle_task.self)
+    }
+
+    /// The object header's size: the node's offset from the object's address.
+    static let headerSize = 2 * MemoryLayout<UnsafeRawPointer>.size
+
+    /// The operation whose node `task` is, taking over the reference `submit` left.
+    @inline(__always)
+    static func operation(takingFrom task: UnsafeMutablePointer<spindle_task>) -> Operation {
+        Unmanaged<Operation>.fromOpaque(UnsafeRawPointer(task) - headerSize).takeRetainedValue()
+    }
+
     static func submit(_ op: Operation, pool: OpaquePointer) {
-        // An operation starts once, so it is submitted once: one node, freed by deinit.
-        let node = UnsafeMutablePointer<OpTaskNode>.allocate(capacity: 1)
-        op.taskNode = node
-        node.initialize(to: OpTaskNode(
-            task: spindle_task(spindle_private: (nil, nil), run: { task, _ in
-                // A pool only cancels tasks when it is destroyed; the pools operations
-                // run on live for the whole process, so every task runs.
-                let node = UnsafeMutableRawPointer(task!).assumingMemoryBound(to: OpTaskNode.self)
-                let op = node.pointee.op.takeRetainedValue()
-                op.ownerQueue.unsafelyUnwrapped._withUnsafeGuaranteedRef { $0.run(op) }
-            }),
-            op: Unmanaged.passRetained(op)))
-        let rc = spindle_submit_task(pool, UnsafeMutableRawPointer(node).assumingMemoryBound(to: spindle_task.self))
+        // An operation starts once, so its node is submitted once.
+        let node = node(of: op)
+        node.pointee.run = { task, _ in
+            // A pool only cancels tasks when it is destroyed; the pools operations
+            // run on live for the whole process, so every task runs.
+            let op = OpTask.operation(takingFrom: task.unsafelyUnwrapped)
+            op.ownerQueue.unsafelyUnwrapped._withUnsafeGuaranteedRef { $0.run(op) }
+        }
+        _ = Unmanaged.passRetained(op)
+        let rc = spindle_submit_task(pool, node)
         // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool), so this
         // cannot fail short of a bug in the engine.
         precondition(rc == 0, "Spindle: a process-wide pool refused an operation (engine bug, rc \(rc))")
     }
-}
-
-/// `[spindle_task | operation]`: the task first, so a task pointer is a node pointer.
-struct OpTaskNode {
-    var task: spindle_task
-    var op: Unmanaged<Operation>
 }

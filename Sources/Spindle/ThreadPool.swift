@@ -224,7 +224,7 @@ public final class ThreadPool: @unchecked Sendable {
     ///
     /// - Throws: ``Error/shutDown`` once ``shutdown(_:)`` has begun; the closure is then
     ///   released without running, and nothing was queued.
-    public func submit(_ work: @escaping @Sendable () -> Void) throws {
+    public func submit(_ work: consuming @escaping @Sendable () -> Void) throws {
         let task = ClosureTask.make(work)
         let rc = spindle_submit_task(raw, task)
         if rc != 0 {

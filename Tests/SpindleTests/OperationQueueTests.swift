@@ -341,16 +341,49 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(q.operations.count, 1, "finished operations are still listed")
         XCTAssertTrue(q.operations.first === blocker)
         // The queue prunes what finished as operations are added: it may hold a bounded
-        // number of finished ones (twice the unfinished plus 64), never all of them.
+        // number of finished ones (twice the unfinished plus 256), never all of them.
         q.addOperation {}
         q.addOperation {}
-        XCTAssertGreaterThanOrEqual(counter.released.load(ordering: .relaxed), n - 2 * 2 - 64 - 4)
+        XCTAssertGreaterThanOrEqual(counter.released.load(ordering: .relaxed), n - (2 * 3 + 256))
         gate.signal()
         q.waitUntilAllOperationsAreFinished()
         // Once the queue drains, it keeps nothing: every token is gone when the wait returns.
         XCTAssertEqual(counter.released.load(ordering: .relaxed), n)
         XCTAssertEqual(q.operationCount, 0)
         XCTAssertTrue(q.operations.isEmpty)
+    }
+
+    func testASubclassOverridingAddOperationSeesBlocksAdded() {
+        // Foundation's addOperation(_ block:) goes through addOperation(_ op:); the fast
+        // path for blocks must not bypass a subclass's override.
+        final class Logging: OperationQueue, @unchecked Sendable {
+            let seen = Atomic<Int>(0)
+            override func addOperation(_ op: Operation) {
+                seen.add(1, ordering: .relaxed)
+                super.addOperation(op)
+            }
+        }
+        let q = Logging()
+        let ran = Atomic<Int>(0)
+        for _ in 0..<10 { q.addOperation { ran.add(1, ordering: .relaxed) } }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(q.seen.load(ordering: .relaxed), 10)
+        XCTAssertEqual(ran.load(ordering: .relaxed), 10)
+    }
+
+    func testTheEngineTaskNodeIsTheFirstStoredPropertyOfAnOperation() {
+        // OpTask finds the node with _getUnsafePointerToStoredProperties and the operation
+        // from the node by subtracting the header: both must hold for every subclass.
+        for op in [Operation(), BlockOperation {}, InvocationOperation({ (x: Int) in x }, argument: 1)] as [Operation] {
+            let sentinel: spindle_task_fn = { _, _ in }
+            op.engineTask.run = sentinel
+            let node = OpTask.node(of: op)
+            XCTAssertNotNil(node.pointee.run, "the node OpTask computes is not `engineTask`")
+            node.pointee.run = nil
+            XCTAssertNil(op.engineTask.run, "the node OpTask computes is not `engineTask`")
+            _ = Unmanaged.passRetained(op)
+            XCTAssertTrue(OpTask.operation(takingFrom: node) === op, "the header size is wrong")
+        }
     }
 
     func testAQueueDroppedWithPendingOperationsRunsThemAndIsThenFreed() {
