@@ -448,6 +448,14 @@ spindle_pool *spindle_current_pool(void) {
     return w ? w->pool : NULL;
 }
 
+bool spindle_current_worker_has_waiting_work(void) {
+    spindle_worker *w = spindle_tls_worker;
+    if (!w) return false;
+    /* Both reads are relaxed hints (see their definitions): a task that arrives just
+     * after is found when the caller next returns to find_task. */
+    return spindle_deque_len(&w->deque) > 0 || spindle_injector_maybe_nonempty(&w->pool->injector);
+}
+
 bool spindle_pool_is_shutting_down(const spindle_pool *pool) {
     /* Relaxed: a report; the submit path does its own ordered check. */
     return atomic_load_explicit(&((spindle_pool *)pool)->shutdown, memory_order_relaxed) != 0;

@@ -628,12 +628,23 @@ open class Operation: @unchecked Sendable {
             }
         }
         let queue = ownerQueue
+        // Operations this finish starts (ready dependents, the next of a width-limited
+        // queue) may run next on this thread, without a trip through the pool, when
+        // this is the operation the thread's chain runner is running (OpTask.runChain).
+        let ts = ThreadState.unmanagedCurrent
+        let chained = ts._withUnsafeGuaranteedRef { ts -> Bool in
+            guard ts.chainOpen, ts.finishing == nil,
+                  ts.currentOperation?.toOpaque() == Unmanaged.passUnretained(self).toOpaque() else { return false }
+            ts.finishing = Unmanaged.passUnretained(self)
+            return true
+        }
         for d in handOff.ready { d.dependenciesSatisfied() }
         notify(.finished)
         handOff.completion?()
         // The queue is alive: this operation holds it (`queueReference`), and our caller
         // holds this operation.
         queue?._withUnsafeGuaranteedRef { $0.operationFinished(self) }
+        if chained { ts._withUnsafeGuaranteedRef { $0.finishing = nil } }
         // Last: release the waiters. A waiter sets `hasWaiters` and then checks
         // `finishCompleted` under the lock; we set `finishCompleted` and then check
         // `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or we

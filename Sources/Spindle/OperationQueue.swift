@@ -37,7 +37,7 @@ open class OperationQueue: @unchecked Sendable {
     public static let defaultMaxConcurrentOperationCount: Int = -1
 
     struct State {
-        var ready = (OpFIFO(), OpFIFO(), OpFIFO(), OpFIFO(), OpFIFO())
+        let ready = ReadyRings()
         /// The operations added, in order: an intrusive doubly linked list through
         /// `Operation.queuePrev/queueNext`, holding one retained reference to each.
         /// Finished ones (`queueDone`) are unlinked lazily by `prune`, by the thread
@@ -151,32 +151,16 @@ open class OperationQueue: @unchecked Sendable {
             return out
         }
 
-        var readyIsEmpty: Bool {
-            ready.0.isEmpty && ready.1.isEmpty && ready.2.isEmpty && ready.3.isEmpty && ready.4.isEmpty
-        }
+        var readyIsEmpty: Bool { ready.isEmpty }
 
-        mutating func push(_ op: Operation, level: Int) {
-            switch level {
-            case 0: ready.0.push(op)
-            case 1: ready.1.push(op)
-            case 2: ready.2.push(op)
-            case 3: ready.3.push(op)
-            default: ready.4.push(op)
-            }
-        }
+        func push(_ op: Operation, level: Int) { ready.push(op, level: level) }
 
         /// The highest-priority ready operation, skipping retired ones.
-        mutating func popReady() -> Operation? {
-            while true {
-                let op: Operation?
-                if !ready.4.isEmpty { op = ready.4.pop() }
-                else if !ready.3.isEmpty { op = ready.3.pop() }
-                else if !ready.2.isEmpty { op = ready.2.pop() }
-                else if !ready.1.isEmpty { op = ready.1.pop() }
-                else if !ready.0.isEmpty { op = ready.0.pop() }
-                else { return nil }
-                if let op, !op.queueRetired { return op }
+        func popReady() -> Operation? {
+            while let op = ready.pop() {
+                if !op.queueRetired { return op }
             }
+            return nil
         }
 
         /// Takes the operations that may start now and counts them as running in
@@ -700,32 +684,84 @@ enum Startable {
     }
 }
 
-/// A FIFO of operations: a ring buffer that grows by doubling.
-struct OpFIFO {
-    private var buf: [Operation?] = []
-    private var head = 0
-    private var n = 0
+/// The ready operations of a queue: one FIFO ring per priority level, each a buffer of
+/// retained references that grows by doubling.
+///
+/// A class holding plain pointers, mutated in place under the queue's lock. The rings
+/// were Swift Arrays in the queue's state struct: Array's copy-on-write check (and, now
+/// and then, a copy) on every pop was 7% of a worker's time in the serial-queue
+/// profile. One object per queue, made with it.
+final class ReadyRings {
+    struct Ring {
+        var slots: UnsafeMutablePointer<Unmanaged<Operation>>? = nil
+        var capacity = 0
+        var head = 0
+        var count = 0
 
-    var isEmpty: Bool { n == 0 }
+        mutating func push(_ op: Operation) {
+            if count == capacity { grow() }
+            slots.unsafelyUnwrapped[(head + count) & (capacity - 1)] = Unmanaged.passRetained(op)
+            count += 1
+        }
 
-    mutating func push(_ op: Operation) {
-        if n == buf.count {
-            var grown = [Operation?](repeating: nil, count: max(8, buf.count * 2))
-            for i in 0..<n { grown[i] = buf[(head + i) % buf.count] }
-            buf = grown
+        mutating func pop() -> Operation {
+            let u = slots.unsafelyUnwrapped[head]
+            head = (head + 1) & (capacity - 1)
+            count -= 1
+            return u.takeRetainedValue()
+        }
+
+        mutating func grow() {
+            let newCapacity = max(8, capacity * 2) // a power of two: indices wrap by masking
+            let grown = UnsafeMutablePointer<Unmanaged<Operation>>.allocate(capacity: newCapacity)
+            for i in 0..<count { (grown + i).initialize(to: slots.unsafelyUnwrapped[(head + i) & (capacity - 1)]) }
+            slots?.deallocate()
+            slots = grown
+            capacity = newCapacity
             head = 0
         }
-        buf[(head + n) % buf.count] = op
-        n += 1
+
+        mutating func releaseAll() {
+            while count > 0 { _ = pop() }
+            slots?.deallocate()
+            slots = nil
+            capacity = 0
+        }
     }
 
-    mutating func pop() -> Operation? {
-        guard n > 0 else { return nil }
-        let op = buf[head]
-        buf[head] = nil
-        head = (head + 1) % buf.count
-        n -= 1
-        return op
+    /// Levels 0 (veryLow) ... 4 (veryHigh).
+    @exclusivity(unchecked) private var rings = (Ring(), Ring(), Ring(), Ring(), Ring())
+
+    var isEmpty: Bool {
+        rings.0.count == 0 && rings.1.count == 0 && rings.2.count == 0 && rings.3.count == 0 && rings.4.count == 0
+    }
+
+    func push(_ op: Operation, level: Int) {
+        switch level {
+        case 0: rings.0.push(op)
+        case 1: rings.1.push(op)
+        case 2: rings.2.push(op)
+        case 3: rings.3.push(op)
+        default: rings.4.push(op)
+        }
+    }
+
+    /// The oldest operation of the highest non-empty level.
+    func pop() -> Operation? {
+        if rings.4.count > 0 { return rings.4.pop() }
+        if rings.3.count > 0 { return rings.3.pop() }
+        if rings.2.count > 0 { return rings.2.pop() }
+        if rings.1.count > 0 { return rings.1.pop() }
+        if rings.0.count > 0 { return rings.0.pop() }
+        return nil
+    }
+
+    deinit {
+        rings.0.releaseAll()
+        rings.1.releaseAll()
+        rings.2.releaseAll()
+        rings.3.releaseAll()
+        rings.4.releaseAll()
     }
 }
 
@@ -756,14 +792,73 @@ enum OpTask {
         Unmanaged<Operation>.fromOpaque(UnsafeRawPointer(task) - headerSize).takeRetainedValue()
     }
 
+    /// How many operations a chain runner runs from the continuation slot between
+    /// checks for other work waiting for its worker (its deque, the injector): when
+    /// there is some, the next operation goes through the pool instead, behind it.
+    /// W1 in worker.c counts tasks, and a chain is one task.
+    static let chainLength = 32
+
+    /// Runs `first`, then whatever its finish hands to this thread's continuation slot,
+    /// and so on.
+    ///
+    /// When an operation finishes on a pool worker, the operation its finish starts —
+    /// the next one of a serial queue, a dependent that became ready — would otherwise
+    /// be submitted to this worker's deque, announced to sleeping workers, and popped
+    /// again, or stolen: then the queue's lock and counters move to another core for
+    /// one operation, and on a small machine the woken worker's search takes CPU from
+    /// the thread adding operations. A serial DispatchQueue drains on one thread too.
+    /// Only an operation for this worker's own pool takes the slot (the worker set of
+    /// its quality of service), only one per finish, and the slot is open only while
+    /// finishing the operation this runner is running — not while its `main()` runs, so
+    /// an operation that becomes ready then is not made to wait for it. Every
+    /// `chainLength` operations the runner yields if anything else waits.
+    static func runChain(_ first: Operation) {
+        let ts = ThreadState.unmanagedCurrent
+        // Saved and restored: a worker waiting inside an operation runs other tasks,
+        // and so other chains, nested in this one.
+        let saved = ts._withUnsafeGuaranteedRef { ts in
+            defer { ts.chainOpen = true; ts.chainBudget = chainLength }
+            return (ts.chainOpen, ts.chainBudget)
+        }
+        var op = first
+        while true {
+            op.ownerQueue.unsafelyUnwrapped._withUnsafeGuaranteedRef { $0.run(op) }
+            guard let next = ts._withUnsafeGuaranteedRef({ ts -> Unmanaged<Operation>? in
+                defer { ts.chainNext = nil }
+                return ts.chainNext
+            }) else { break }
+            op = next.takeRetainedValue()
+        }
+        ts._withUnsafeGuaranteedRef { ts in
+            ts.chainOpen = saved.0
+            ts.chainBudget = saved.1
+        }
+    }
+
+    /// Puts `op` in this thread's continuation slot if it is open and `pool` is this
+    /// worker's own pool (see `runChain`).
+    @inline(__always)
+    static func continueOnThisThread(_ op: Operation, pool: OpaquePointer) -> Bool {
+        ThreadState.unmanagedCurrent._withUnsafeGuaranteedRef { ts in
+            guard ts.finishing != nil, ts.chainNext == nil, spindle_current_pool() == pool else { return false }
+            if ts.chainBudget == 0 {
+                if spindle_current_worker_has_waiting_work() { return false }
+                ts.chainBudget = chainLength
+            }
+            ts.chainBudget -= 1
+            ts.chainNext = Unmanaged.passRetained(op)
+            return true
+        }
+    }
+
     static func submit(_ op: Operation, pool: OpaquePointer) {
+        if continueOnThisThread(op, pool: pool) { return }
         // An operation starts once, so its node is submitted once.
         let node = node(of: op)
         node.pointee.run = { task, _ in
             // A pool only cancels tasks when it is destroyed; the pools operations
             // run on live for the whole process, so every task runs.
-            let op = OpTask.operation(takingFrom: task.unsafelyUnwrapped)
-            op.ownerQueue.unsafelyUnwrapped._withUnsafeGuaranteedRef { $0.run(op) }
+            OpTask.runChain(OpTask.operation(takingFrom: task.unsafelyUnwrapped))
         }
         _ = Unmanaged.passRetained(op)
         let rc = spindle_submit_task(pool, node)

@@ -15,6 +15,17 @@ final class ThreadState {
     @exclusivity(unchecked) var currentOperation: Unmanaged<Operation>?
     /// The queue that started it (unretained, same reason).
     @exclusivity(unchecked) var currentQueue: Unmanaged<OperationQueue>?
+    /// The continuation slot (see `OpTask.runChain`): open while a pool worker is
+    /// running operations from a task, and how many more it may run from the slot
+    /// before it checks for other waiting work.
+    @exclusivity(unchecked) var chainOpen = false
+    @exclusivity(unchecked) var chainBudget = 0
+    /// The operation whose finish protocol this thread is in, when it is the one the
+    /// chain runner is running: operations started by that finish may take the slot.
+    @exclusivity(unchecked) var finishing: Unmanaged<Operation>?
+    /// An operation its queue has started (counted as running), retained, for the
+    /// chain runner to run next on this thread instead of submitting it to the pool.
+    @exclusivity(unchecked) var chainNext: Unmanaged<Operation>?
     /// True while this thread is inside `releaseIteratively`.
     var draining = false
     /// Dependency arrays waiting to be released by the active drain loop.

@@ -578,6 +578,65 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(p[.default], 0)
     }
 
+    func testASerialQueueRunsItsOperationsAsChainsOnOneWorker() {
+        // Each finish hands the next operation to the same worker (OpTask.runChain):
+        // far fewer pool tasks than operations. Without the slot every operation is
+        // one task.
+        let pool = ThreadPool.forQualityOfService(.default)
+        let before = pool.stats.reduce(0) { $0 + $1.executed }
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let n = Stress.count(2_000)
+        let order = Mutex<[Int]>([])
+        for i in 0..<n { q.addOperation { order.locked { $0.append(i) } } }
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        let tasks = pool.stats.reduce(0) { $0 + $1.executed } - before
+        XCTAssertEqual(order.locked { $0 }, Array(0..<n), "a serial queue runs in FIFO order")
+        XCTAssertLessThan(tasks, UInt64(n / 4), "\(tasks) pool tasks for \(n) chained operations")
+    }
+
+    func testAChainedOperationStillRunsOnItsOwnQualityOfService() {
+        // Only an operation for the finishing worker's own pool takes the slot.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let wrong = Atomic<Int>(0)
+        let n = Stress.count(400)
+        for i in 0..<n {
+            let qos: QualityOfService = i % 3 == 0 ? .utility : .default
+            let op = BlockOperation {
+                if ThreadPool.current !== ThreadPool.forQualityOfService(qos) { wrong.add(1, ordering: .relaxed) }
+            }
+            op.qualityOfService = qos
+            q.addOperation(op)
+        }
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(wrong.load(ordering: .relaxed), 0, "operations ran on another class's workers")
+    }
+
+    func testADependencyChainIsRunByChainsAndInOrder() {
+        let pool = ThreadPool.forQualityOfService(.default)
+        let before = pool.stats.reduce(0) { $0 + $1.executed }
+        let n = Stress.count(2_000)
+        let next = Atomic<Int>(0)
+        let bad = Atomic<Int>(0)
+        var ops: [BlockOperation] = []
+        for i in 0..<n {
+            let op = BlockOperation { if next.exchange(i + 1, ordering: .relaxed) != i { bad.add(1, ordering: .relaxed) } }
+            if let prev = ops.last { op.addDependency(prev) }
+            ops.append(op)
+        }
+        let q = OperationQueue()
+        q.addOperations(ops.reversed(), waitUntilFinished: true)
+        XCTAssertEqual(bad.load(ordering: .relaxed), 0)
+        XCTAssertEqual(next.load(ordering: .relaxed), n)
+        let tasks = pool.stats.reduce(0) { $0 + $1.executed } - before
+        XCTAssertLessThan(tasks, UInt64(n / 4), "\(tasks) pool tasks for a \(n)-long chain")
+    }
+
     func testOperationsAddedFromInsideAnOperationStayLocal() {
         let q = OperationQueue()
         let pool = ThreadPool.shared

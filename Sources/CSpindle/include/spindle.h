@@ -190,6 +190,12 @@ int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w);
 /** The pool whose worker is the calling thread, or NULL. */
 spindle_pool *spindle_current_pool(void);
 
+/** True when the calling thread is a worker and other work is waiting for it: tasks on
+ * its own deque, or submissions in its pool's injector. A binding that keeps running
+ * its own follow-on work on the worker (rather than submitting it) uses this to yield
+ * to that work. A hint: it may be stale by the time it returns. */
+bool spindle_current_worker_has_waiting_work(void);
+
 /** True once `spindle_pool_destroy` has begun. */
 bool spindle_pool_is_shutting_down(const spindle_pool *pool);
 
