@@ -7,25 +7,22 @@ import Synchronization
 /// them in parallel on the pool (as Darwin does); the first block runs on the thread
 /// that started the operation.
 open class BlockOperation: Operation, @unchecked Sendable {
-    // @unchecked: `initial` never changes; the other blocks are behind `more`.
-
-    /// The block given to ``init(block:)``. Immutable, so running it takes no lock and
-    /// no copy: almost every BlockOperation has exactly this one block.
-    private let initial: (@Sendable () -> Void)?
-    /// Blocks added with ``addExecutionBlock(_:)``, in order.
-    private let more = Mutex<[@Sendable () -> Void]>([])
-    /// Set once a block is added, so that ``main()`` skips the lock otherwise.
-    /// Adding traps once the operation has started, so `main` sees every block added.
-    private let hasMore = Atomic<Bool>(false)
+    // @unchecked: the first block never changes; the others are behind a lock.
+    //
+    // No stored properties of its own: the blocks live in `Operation` (`blockBody`,
+    // `moreBlocks`). A subclass with stored properties gets an ivar destroyer whose
+    // deinit retains and releases the dying object around it — two atomic operations
+    // on the thread that frees each operation, for nothing.
 
     /// Creates an operation with no blocks yet.
     public override init() {
-        initial = nil
+        super.init()
     }
 
     /// Creates an operation that runs `block`.
     public init(block: consuming @escaping @Sendable () -> Void) {
-        initial = block
+        super.init()
+        blockBody = block
     }
 
     /// Adds a block to run concurrently with the others. Traps once the operation has
@@ -34,21 +31,21 @@ open class BlockOperation: Operation, @unchecked Sendable {
         if isExecuting || isFinished {
             fatalError("BlockOperation.addExecutionBlock was called on \(describe()) after it started")
         }
-        more.locked { $0.append(block) }
-        hasMore.store(true, ordering: .releasing)
+        let box = moreBlocks.load() ?? moreBlocks.storeIfNil(MoreBlocks())
+        box.blocks.locked { $0.append(block) }
     }
 
     /// The blocks, in the order they were added.
     open var executionBlocks: [@Sendable () -> Void] {
-        let added = more.locked { $0 }
-        return initial.map { [$0] + added } ?? added
+        let added = moreBlocks.load()?.blocks.locked { $0 } ?? []
+        return blockBody.map { [$0] + added } ?? added
     }
 
     /// Runs every block — concurrently on the pool when there are several — and returns
     /// when all have returned.
     open override func main() {
-        if !hasMore.load(ordering: .acquiring) {
-            initial?()
+        if moreBlocks.load() == nil {
+            blockBody?()
             return
         }
         let all = executionBlocks

@@ -185,6 +185,22 @@ open class Operation: @unchecked Sendable {
     /// from the queue's list, by another thread, without the finishing thread's help.
     let queueDone = Atomic<Bool>(false)
 
+    /// ``BlockOperation``'s blocks, kept here so that it has no stored properties of its
+    /// own (see there). The first block is immutable, so running it takes no lock and no
+    /// copy: almost every BlockOperation has exactly this one block.
+    /// Set by BlockOperation's initialiser (after `super.init()`: a second designated
+    /// initialiser here would stop subclasses' implicit `super.init()` calls) and never
+    /// changed after, so reading it needs no lock.
+    @exclusivity(unchecked) final var blockBody: (@Sendable () -> Void)? = nil
+    /// Blocks added with `addExecutionBlock(_:)`, in order: made by the first such call.
+    /// Out of line, so that the usual one-block operation is small and its deinit has no
+    /// lock and no array to destroy.
+    final let moreBlocks = AtomicLazyReference<MoreBlocks>()
+
+    final class MoreBlocks: Sendable {
+        let blocks = Mutex<[@Sendable () -> Void]>([])
+    }
+
     /// Creates an operation that is ready (no dependencies), not cancelled, in no queue.
     public init() {}
 
