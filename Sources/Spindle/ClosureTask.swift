@@ -50,11 +50,11 @@ enum ClosureTask {
 ///
 /// The per-task nodes are allocated with this, not `UnsafeMutableRawPointer.allocate`:
 /// on Linux the standard library turns an allocation at the default alignment into
-/// `swift_slowAlloc(size, ~0)`, which the runtime serves with `posix_memalign`. glibc's
-/// aligned path bypasses its per-thread cache (tcache) on allocation but not on free, so
-/// every node took the slow path twice: `_int_malloc`, `_int_free` and `memalign` were
-/// about 15% of the adding thread's time in the `operation-throughput` profile. malloc's
-/// 16-byte alignment is enough for every node type here.
+/// `swift_slowAlloc(size, ~0)`, which the runtime serves with `posix_memalign` (seen in
+/// the `operation-throughput` profile). glibc's aligned path bypasses its per-thread
+/// cache (tcache) on allocation but not on free, so every such node went through
+/// `_int_malloc`, and the frees overflowed the cache into `_int_free`. malloc's 16-byte
+/// alignment is enough for every node type here.
 @inline(__always)
 func spindleMalloc(_ byteCount: Int) -> UnsafeMutableRawPointer {
     guard let p = malloc(byteCount) else { fatalError("Spindle: out of memory allocating a task node (\(byteCount) bytes)") }

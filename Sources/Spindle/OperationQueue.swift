@@ -187,6 +187,7 @@ open class OperationQueue: @unchecked Sendable {
         /// finished operations (and what their blocks captured) were still referenced.
         /// Zero unfinished with a non-empty list means that finisher is on its way, and
         /// it signals the waiters once it has released them.
+        ///
         /// Likewise, a finisher releasing what a drained queue held (outside the lock:
         /// deinits run user code) makes waiters wait until it has.
         func isDrained(unfinished: Int) -> Bool { unfinished == 0 && linked == 0 && releasing == 0 }
@@ -198,8 +199,8 @@ open class OperationQueue: @unchecked Sendable {
     let state: FutexLocked<State>
     /// Keeps `counts` (which the finishing workers write) off the cache line of the
     /// object header, whose reference count the adding thread changes once per
-    /// operation (`Operation.queueReference`): sharing a line, that retain missed the
-    /// cache on almost every add (the costliest single retain in the profile).
+    /// operation (`Operation.queueReference`): on one line, every add's retain would
+    /// have to pull the line back from the worker that last finished an operation.
     private let headerPadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
     /// Operations added and not finished (``operationCount``), in the high 32 bits, and
     /// operations the queue has started that have not finished, in the low 32: one word,
@@ -270,7 +271,7 @@ open class OperationQueue: @unchecked Sendable {
         // An operation made here is seen by no other thread until it is registered: it
         // needs none of the misuse checks (nor the claiming CAS), and the reference it was
         // created with becomes the queue's list reference instead of being retained
-        // there and released here. Two atomic read-modify-writes fewer per operation.
+        // there and released here. Three atomic read-modify-writes fewer per operation.
         let u = Unmanaged<Operation>.passRetained(BlockOperation(block: block))
         u._withUnsafeGuaranteedRef { op in
             op.queueWord.store(UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()), ordering: .relaxed)
