@@ -382,7 +382,7 @@ open class OperationQueue: @unchecked Sendable {
             // lock) for the steps below that use it after that may have happened
             // (behind a barrier, waiting for room, not ready) — not when it goes
             // straight to the pool, where submitting it is its last use here.
-            if fresh && !out.direct { u.retain() }
+            if fresh && !out.direct { _ = u.retain() }
             return out
         }
         let keep = fresh && !outcome.direct
