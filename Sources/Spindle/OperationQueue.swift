@@ -840,8 +840,12 @@ enum OpTask {
     /// worker's own pool (see `runChain`).
     @inline(__always)
     static func continueOnThisThread(_ op: Operation, pool: OpaquePointer) -> Bool {
-        ThreadState.unmanagedCurrent._withUnsafeGuaranteedRef { ts in
-            guard ts.finishing != nil, ts.chainNext == nil, spindle_current_pool() == pool else { return false }
+        // The pool check first: it is a plain thread-local read, and it turns away the
+        // thread adding operations (not a worker) before the pthread-key lookup of its
+        // ThreadState, on every add.
+        guard spindle_current_pool() == pool else { return false }
+        return ThreadState.unmanagedCurrent._withUnsafeGuaranteedRef { ts in
+            guard ts.finishing != nil, ts.chainNext == nil else { return false }
             if ts.chainBudget == 0 {
                 if spindle_current_worker_has_waiting_work() { return false }
                 ts.chainBudget = chainLength
