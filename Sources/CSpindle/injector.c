@@ -38,15 +38,15 @@ void spindle_injector_init(spindle_injector *q) {
     q->head = &q->stub;
 }
 
-void spindle_injector_push_chain(spindle_injector *q, spindle_task *first, spindle_task *last,
-                                 int64_t n) {
+int64_t spindle_injector_push_chain(spindle_injector *q, spindle_task *first, spindle_task *last,
+                                    int64_t n) {
     /* Relaxed: `last` is not yet reachable by anyone; the release below publishes it. */
     atomic_store_explicit(spindle_task_link(last), NULL, memory_order_relaxed);
     /* Count first so that `len` never reads negative for long (J3). seq_cst: this is
      * step a of park.c's Dekker pairing for outside submissions, whose notify then
      * needs no separate fence (spindle_notify_one_after_push). As a hint to consumers
      * it would only need relaxed; on x86 both are the same instruction. */
-    atomic_fetch_add_explicit(&q->len, n, memory_order_seq_cst);
+    int64_t before = atomic_fetch_add_explicit(&q->len, n, memory_order_seq_cst);
     /* acq_rel exchange: producers serialise on `tail`. Acquire so that our store into
      * prev's link is ordered after prev's producer initialised prev; release so the
      * consumer's acquire load of `tail` (in the mid-push check) sees a complete chain
@@ -55,6 +55,7 @@ void spindle_injector_push_chain(spindle_injector *q, spindle_task *first, spind
     /* Release: publishes the chain (and the tasks' contents, written before the call)
      * to the consumer, whose acquire load of prev's link pairs with it. */
     atomic_store_explicit(spindle_task_link(prev), first, memory_order_release);
+    return before;
 }
 
 /* One node off the front; NULL when empty or cut (J1). Caller holds the try-lock. */

@@ -81,11 +81,12 @@ typedef struct spindle_injector {
 
 void spindle_injector_init(spindle_injector *q);
 /* Pushes the chain first..last (already linked through their links; last's link is
- * overwritten). `n` is the chain's length. */
-void spindle_injector_push_chain(spindle_injector *q, spindle_task *first, spindle_task *last,
-                                 int64_t n);
-static inline void spindle_injector_push(spindle_injector *q, spindle_task *t) {
-    spindle_injector_push_chain(q, t, t, 1);
+ * overwritten). `n` is the chain's length. Returns the queue's length before the push
+ * (a hint, J3): the backlog a submitter sees (park.c, "Backlog"). */
+int64_t spindle_injector_push_chain(spindle_injector *q, spindle_task *first, spindle_task *last,
+                                    int64_t n);
+static inline int64_t spindle_injector_push(spindle_injector *q, spindle_task *t) {
+    return spindle_injector_push_chain(q, t, t, 1);
 }
 /* Pops up to `max` tasks into out[]; returns how many. 0 when empty, when a producer is
  * half-way through a push, or when another consumer holds the queue. */
@@ -242,6 +243,12 @@ static inline bool spindle_should_wake(const spindle_idle *idle, uint64_t s) {
 }
 /* Wakes one sleeper if the counts still say so (under the idle lock). */
 void spindle_wake_one(spindle_pool *pool, bool prefer_local_cpu);
+/* Wakes one sleeper even though somebody is searching: the injector has a backlog the
+ * searchers are not draining (park.c, "Backlog"). */
+void spindle_wake_for_backlog(spindle_pool *pool);
+/* Injector length from which an outside submission wakes a sleeper whatever the
+ * searching count says. */
+#define SPINDLE_BACKLOG_WAKE 128
 
 /* Makes sure someone will look at work the caller has just published: step b/c of
  * park.c's Dekker pairing. Inline: it runs on every local spawn. */
@@ -256,12 +263,15 @@ static inline void spindle_notify_one(spindle_pool *pool) {
 }
 
 /* notify_one for a caller whose last publishing step was spindle_injector_push (a
- * seq_cst RMW): no fence needed (park.c). */
-static inline void spindle_notify_one_after_push(spindle_pool *pool) {
+ * seq_cst RMW): no fence needed (park.c). `backlog`: what that push returned. */
+static inline void spindle_notify_one_after_push(spindle_pool *pool, int64_t backlog) {
     /* Step c without fence b: seq_cst load after the injector's seq_cst increment of
      * `len` (see the top of park.c). */
-    if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_seq_cst)))
+    uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_seq_cst);
+    if (spindle_should_wake(&pool->idle, s))
         spindle_wake_one(pool, true);
+    else if (backlog >= SPINDLE_BACKLOG_WAKE && SPINDLE_UNPARKED(s) < pool->idle.nworkers)
+        spindle_wake_for_backlog(pool);
 }
 void spindle_notify_all(spindle_pool *pool);
 bool spindle_idle_try_start_searching(spindle_idle *idle);

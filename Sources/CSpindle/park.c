@@ -46,6 +46,25 @@
  *    instruction fewer per submission. Local deque pushes publish with a plain store
  *    and keep the fence.
  *
+ * Backlog (B1). The rule "wake nobody while somebody searches" trusts the searcher to
+ * be running. It may not be: a searcher the kernel has placed on a busy CPU can sit
+ * runnable for milliseconds (EEVDF keeps a waking thread that has used its share off
+ * the CPU, and an idle CPU elsewhere pulls it only at the next balancing pass). Then
+ * every other worker stays parked, since each submission sees "somebody is
+ * searching", and outside submissions pile up in the injector with a CPU idle. On our
+ * 2-vCPU VMs, in the operation-throughput benchmark: the injector held 10-20 thousand
+ * tasks for 1-3 ms at a time, with one worker parked and the searcher preempted on
+ * the submitter's CPU (measured with a state dump at each stall and sched tracing).
+ * So an outside submission that finds SPINDLE_BACKLOG_WAKE tasks or more already
+ * queued wakes a sleeper whatever the searching count says: a running searcher drains
+ * the injector in batches, so a backlog that size means the searchers are not keeping
+ * up, or not running. The woken worker counts as a searcher like any other. This only
+ * adds wake-ups, so the argument above is untouched; it costs nothing to check (the
+ * backlog is the injector's own fetch_add result) and, while searchers keep up,
+ * nothing at all. Rejected: a timed park for workers that park while another searches
+ * (bounds the stall by the timeout, and wakes idle workers for nothing), and timing
+ * the searchers from the submit path (a clock read per submission).
+ *
  * Idle CPU. A parked worker is blocked in FUTEX_WAIT and consumes nothing; a searcher
  * spins for at most `spin_ns` (50 µs by default — a futex wake costs ~26 µs on our VMs,
  * so a short spin hides the wake for bursts) and then parks. There are no timers: an
@@ -192,23 +211,38 @@ static uint32_t pick_sleeper_locked(spindle_pool *pool, bool prefer_local_cpu) {
     return i;
 }
 
+/* Takes a sleeper off the stack as a searcher and does its accounting. Under the lock,
+ * with nsleepers > 0. */
+static spindle_worker *wake_locked(spindle_pool *pool, bool prefer_local_cpu) {
+    spindle_idle *idle = &pool->idle;
+    uint32_t i = pick_sleeper_locked(pool, prefer_local_cpu);
+    spindle_worker *w = &pool->workers[i];
+    w->in_sleepers = false;
+    w->woken_searching = true;
+    if (w->waiting_in_task) idle->task_sleepers--;
+    /* seq_cst RMW: the woken worker is a searcher from this instant, so no other
+     * notifier wakes a second one for the same work (S1, S2). */
+    atomic_fetch_add_explicit(&idle->state, SEARCHING_ONE | UNPARKED_ONE, memory_order_seq_cst);
+    return w;
+}
+
 void spindle_wake_one(spindle_pool *pool, bool prefer_local_cpu) {
     spindle_idle *idle = &pool->idle;
     spindle_worker *w = NULL;
     pthread_mutex_lock(&idle->lock);
     /* Re-check under the lock: the counts only change in our favour under it. */
     if (spindle_should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed)) &&
-        idle->nsleepers > 0) {
-        uint32_t i = pick_sleeper_locked(pool, prefer_local_cpu);
-        w = &pool->workers[i];
-        w->in_sleepers = false;
-        w->woken_searching = true;
-        if (w->waiting_in_task) idle->task_sleepers--;
-        /* seq_cst RMW: the woken worker is a searcher from this instant, so no other
-         * notifier wakes a second one for the same work (S1, S2). */
-        atomic_fetch_add_explicit(&idle->state, SEARCHING_ONE | UNPARKED_ONE,
-                                  memory_order_seq_cst);
-    }
+        idle->nsleepers > 0)
+        w = wake_locked(pool, prefer_local_cpu);
+    pthread_mutex_unlock(&idle->lock);
+    if (w) spindle_parker_unpark(&w->parker);
+}
+
+void spindle_wake_for_backlog(spindle_pool *pool) {
+    spindle_idle *idle = &pool->idle;
+    spindle_worker *w = NULL;
+    pthread_mutex_lock(&idle->lock);
+    if (idle->nsleepers > 0) w = wake_locked(pool, false);
     pthread_mutex_unlock(&idle->lock);
     if (w) spindle_parker_unpark(&w->parker);
 }

@@ -374,8 +374,7 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task) {
     }
     if (pool->permanent) {
         /* Never shuts down: nothing to announce to a shutdown (step 3). */
-        spindle_injector_push(&pool->injector, task);
-        spindle_notify_one_after_push(pool);
+        spindle_notify_one_after_push(pool, spindle_injector_push(&pool->injector, task));
         return 0;
     }
     /* Shutdown step 3, submitter's side: seq_cst increment, then seq_cst read. */
@@ -391,8 +390,7 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task) {
             spindle_notify_all(pool);
         return ESHUTDOWN;
     }
-    spindle_injector_push(&pool->injector, task);
-    spindle_notify_one_after_push(pool);
+    spindle_notify_one_after_push(pool, spindle_injector_push(&pool->injector, task));
     /* Release pairs with destroy's acquire load (step 3). */
     atomic_fetch_sub_explicit(&pool->submitters, 1, memory_order_release);
     return 0;

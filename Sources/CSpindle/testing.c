@@ -59,3 +59,13 @@ int spindle_test_pin_self(int cpu) {
 int spindle_test_current_cpu(void) { return sched_getcpu(); }
 
 void spindle_test_relax(void) { spindle_cpu_relax(); }
+
+void spindle_test_add_phantom_searchers(spindle_pool *pool, int32_t delta) {
+    /* seq_cst, like every RMW of the idle word. */
+    if (delta >= 0)
+        atomic_fetch_add_explicit(&pool->idle.state, (uint64_t)delta, memory_order_seq_cst);
+    else
+        atomic_fetch_sub_explicit(&pool->idle.state, (uint64_t)-delta, memory_order_seq_cst);
+}
+
+uint32_t spindle_test_backlog_wake(void) { return SPINDLE_BACKLOG_WAKE; }

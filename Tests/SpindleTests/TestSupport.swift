@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import Synchronization
 
 /// Stress sizes scale with `SPINDLE_STRESS` (default 1: small enough for every CI run,
 /// including under ThreadSanitizer; a nightly-style run sets 20 or more).
@@ -70,3 +71,11 @@ typealias Operation = Spindle.Operation
 typealias BlockOperation = Spindle.BlockOperation
 typealias OperationQueue = Spindle.OperationQueue
 typealias InvocationOperation = Spindle.InvocationOperation
+
+/// A counter any thread may bump, for tests that count what ran.
+final class Counter: Sendable {
+    private let count = Atomic<Int>(0)
+    func increment() { count.add(1, ordering: .relaxed) }
+    /// Acquiring: whatever the counted work did before its increment is visible.
+    var value: Int { count.load(ordering: .acquiring) }
+}

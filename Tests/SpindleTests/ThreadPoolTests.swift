@@ -239,6 +239,40 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(mismatches.locked { $0 }, [])
     }
 
+    func testABacklogWakesASleeperEvenWhileSomebodySearches() throws {
+        // park.c, B1: "wake nobody while somebody searches" trusts the searcher to run.
+        // A phantom searcher stands in for one the kernel keeps off the CPU; the only
+        // worker sleeps. Below the backlog threshold nothing may wake it (which shows the
+        // phantom holds it down); the submission that finds the threshold queued must.
+        let ran = Counter()
+        let context = Unmanaged.passRetained(ran)
+        defer { context.release() } // last: the pool's drain may still run tasks
+        var cfg = spindle_config()
+        spindle_config_init(&cfg)
+        cfg.workers = 1
+        cfg.spin_ns = 1_000
+        var raw: OpaquePointer?
+        XCTAssertEqual(spindle_pool_create(&cfg, &raw), 0)
+        let pool = try XCTUnwrap(raw)
+        defer { XCTAssertEqual(spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN), 0) }
+        usleep(20_000) // the worker has parked
+        spindle_test_add_phantom_searchers(pool, 1)
+        defer { spindle_test_add_phantom_searchers(pool, -1) }
+        func submitOne() {
+            XCTAssertEqual(spindle_submit(pool, { ctx, _ in
+                Unmanaged<Counter>.fromOpaque(ctx!).takeUnretainedValue().increment()
+            }, context.toOpaque()), 0)
+        }
+        let threshold = Int(spindle_test_backlog_wake())
+        for _ in 0..<threshold { submitOne() } // the last one finds threshold - 1 queued
+        usleep(50_000)
+        XCTAssertEqual(ran.value, 0, "nothing wakes the sleeper below the threshold")
+        submitOne() // finds `threshold` queued
+        let deadline = Date().addingTimeInterval(10)
+        while ran.value < threshold + 1, Date() < deadline { usleep(1_000) }
+        XCTAssertEqual(ran.value, threshold + 1, "the backlog woke the sleeper, which ran all of it")
+    }
+
     /// The scheduler slice a worker runs with, read from inside a task
     /// (`se.slice` in /proc/thread-self/sched, in ns), or nil where the kernel has none.
     private func sliceSeenByATask(_ pool: ThreadPool) -> Int? {

@@ -26,6 +26,13 @@ int spindle_test_deque_steal(spindle_test_deque *d, spindle_task **out);
 uint32_t spindle_test_deque_pop_overflow(spindle_test_deque *d, spindle_task **out, uint32_t max);
 uint32_t spindle_test_deque_capacity(const spindle_test_deque *d);
 
+/** Adds `delta` to the pool's count of searching workers, as if that many searchers
+ *  existed and were not running (park.c, B1). Tests only: restore it before shutdown. */
+void spindle_test_add_phantom_searchers(spindle_pool *pool, int32_t delta);
+/** The injector backlog from which an outside submission wakes a sleeper regardless
+ *  of searchers (SPINDLE_BACKLOG_WAKE). */
+uint32_t spindle_test_backlog_wake(void);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */
