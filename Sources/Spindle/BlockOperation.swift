@@ -31,20 +31,20 @@ open class BlockOperation: Operation, @unchecked Sendable {
         if isExecuting || isFinished {
             fatalError("BlockOperation.addExecutionBlock was called on \(describe()) after it started")
         }
-        let box = moreBlocks.load() ?? moreBlocks.storeIfNil(MoreBlocks())
+        let box = moreBlocksBox()
         box.blocks.locked { $0.append(block) }
     }
 
     /// The blocks, in the order they were added.
     open var executionBlocks: [@Sendable () -> Void] {
-        let added = moreBlocks.load()?.blocks.locked { $0 } ?? []
+        let added = moreBlocks?.blocks.locked { $0 } ?? []
         return blockBody.map { [$0] + added } ?? added
     }
 
     /// Runs every block — concurrently on the pool when there are several — and returns
     /// when all have returned.
     open override func main() {
-        if moreBlocks.load() == nil {
+        if !hasMoreBlocks {
             blockBody?()
             return
         }
