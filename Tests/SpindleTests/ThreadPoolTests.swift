@@ -255,7 +255,11 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(spindle_pool_create(&cfg, &raw), 0)
         let pool = try XCTUnwrap(raw)
         defer { XCTAssertEqual(spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN), 0) }
-        usleep(20_000) // the worker has parked
+        // Wait until the worker has parked (and so no longer searches itself).
+        var stats = spindle_worker_stats()
+        let parkDeadline = Date().addingTimeInterval(10)
+        while spindle_pool_stats(pool, &stats, 1) == 1, stats.parked == 0, Date() < parkDeadline { usleep(1_000) }
+        XCTAssertGreaterThan(stats.parked, 0, "the worker parks when there is nothing to do")
         spindle_test_add_phantom_searchers(pool, 1)
         defer { spindle_test_add_phantom_searchers(pool, -1) }
         func submitOne() {
