@@ -207,6 +207,11 @@ open class Operation: @unchecked Sendable {
 
     final class MoreBlocks: Sendable {
         let blocks = Mutex<[@Sendable () -> Void]>([])
+
+        /// The box whose address `moreBlocksWord` holds (non-zero).
+        static func unmanaged(_ bits: UInt) -> Unmanaged<MoreBlocks> {
+            Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
+        }
     }
 
     /// True once a block has been added with `addExecutionBlock(_:)`. Acquiring: pairs
@@ -216,9 +221,7 @@ open class Operation: @unchecked Sendable {
     /// The added blocks' box, if any.
     final var moreBlocks: MoreBlocks? {
         let bits = moreBlocksWord.load(ordering: .acquiring)
-        guard bits != 0 else { return nil }
-        return Unmanaged<MoreBlocks>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
-            .takeUnretainedValue()
+        return bits == 0 ? nil : MoreBlocks.unmanaged(bits).takeUnretainedValue()
     }
 
     /// The added blocks' box, made (once, whoever wins the race) if there is none.
@@ -231,8 +234,7 @@ open class Operation: @unchecked Sendable {
             expected: 0, desired: bits, ordering: .acquiringAndReleasing)
         if won { return fresh.takeUnretainedValue() }
         fresh.release()
-        return Unmanaged<MoreBlocks>.fromOpaque(UnsafeRawPointer(bitPattern: current).unsafelyUnwrapped)
-            .takeUnretainedValue()
+        return MoreBlocks.unmanaged(current).takeUnretainedValue()
     }
 
     /// Creates an operation that is ready (no dependencies), not cancelled, in no queue.
@@ -242,9 +244,7 @@ open class Operation: @unchecked Sendable {
         // Relaxed: deinit is the last access; whoever stored the box happened-before the
         // release that brought us here.
         let boxBits = moreBlocksWord.load(ordering: .relaxed)
-        if boxBits != 0 {
-            Unmanaged<MoreBlocks>.fromOpaque(UnsafeRawPointer(bitPattern: boxBits).unsafelyUnwrapped).release()
-        }
+        if boxBits != 0 { MoreBlocks.unmanaged(boxBits).release() }
         // Dependencies are released in a loop, not recursively (see ThreadState). Most
         // operations have none and skip the lock and the thread-local bookkeeping.
         guard hadDependencies.load(ordering: .acquiring) else { return }

@@ -546,12 +546,7 @@ open class OperationQueue: @unchecked Sendable {
         var latch = spindle_latch()
         spindle_latch_init(&latch)
         withUnsafeMutablePointer(to: &latch) { l in
-            let registered = state.locked { s -> Bool in
-                if s.isDrained(unfinished: unfinishedCount) { return false }
-                s.waiters.append(Waiter(latch: l))
-                return true
-            }
-            if registered { spindle_latch_wait(l) }
+            if registerDrainWaiter(Waiter(latch: l)) { spindle_latch_wait(l) }
         }
     }
 
@@ -559,12 +554,17 @@ open class OperationQueue: @unchecked Sendable {
     /// blocking a thread (Spindle's addition).
     public func allOperationsFinished() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let registered = state.locked { s -> Bool in
-                if s.isDrained(unfinished: unfinishedCount) { return false }
-                s.waiters.append(Waiter(continuation: c))
-                return true
-            }
-            if !registered { c.resume() }
+            if !registerDrainWaiter(Waiter(continuation: c)) { c.resume() }
+        }
+    }
+
+    /// Registers `waiter` to be signalled when the queue has drained (see `isDrained`);
+    /// false, registering nothing, when it already has.
+    private func registerDrainWaiter(_ waiter: Waiter) -> Bool {
+        state.locked { s -> Bool in
+            if s.isDrained(unfinished: unfinishedCount) { return false }
+            s.waiters.append(waiter)
+            return true
         }
     }
 

@@ -152,8 +152,7 @@ public final class ThreadPool: @unchecked Sendable {
         if let nice = configuration.nice, !(-20...19).contains(nice) {
             throw Error.invalidConfiguration("nice must be in -20...19, got \(nice)")
         }
-        let spinNs = configuration.spin.components.seconds * 1_000_000_000
-            + configuration.spin.components.attoseconds / 1_000_000_000
+        let spinNs = configuration.spin.wholeNanoseconds
         guard spinNs >= 0, spinNs <= Int64(UInt32.max) else {
             throw Error.invalidConfiguration("spin must be between 0 and ~4 s")
         }
@@ -165,7 +164,7 @@ public final class ThreadPool: @unchecked Sendable {
         cfg.nice = configuration.nice ?? Int32.min // SPINDLE_NICE_INHERIT
         cfg.policy = configuration.policy.rawValue
         if let slice = configuration.timeSlice {
-            let ns = slice.components.seconds * 1_000_000_000 + slice.components.attoseconds / 1_000_000_000
+            let ns = slice.wholeNanoseconds
             guard ns >= 0, ns < Int64(UInt32.max) else {
                 throw Error.invalidConfiguration("timeSlice must be between 0 and ~4 s")
             }
@@ -346,4 +345,9 @@ struct UncheckedSendablePointer: @unchecked Sendable {
 private final class FreeRequest: @unchecked Sendable {
     let pool: UncheckedSendablePointer
     init(_ p: UncheckedSendablePointer) { pool = p }
+}
+
+extension Duration {
+    /// Whole nanoseconds (truncated), for the engine's configuration fields.
+    var wholeNanoseconds: Int64 { components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000 }
 }
