@@ -164,10 +164,13 @@ struct spindle_worker {
     uint32_t tick;           /* owner-only: scheduling ticks, for injector fairness */
     uint64_t rng;            /* owner-only: xorshift state for victim selection     */
     bool searching;          /* owner-only mirror of its share of idle.state        */
+    bool guest;              /* owner-only: running on the CPU of the outside thread
+                                that woke it; searches once, never spins (park.c G1) */
     /* Under idle.lock: */
     bool in_sleepers;
     bool woken_searching;    /* set by the waker: wake as a searcher (notify) or not */
     bool waiting_in_task;    /* parked inside a join wait, not in the main loop      */
+    int32_t waker_cpu;       /* set by the waker: its CPU if outside the pool, or -1 */
     SPINDLE_ALIGNED spindle_parker parker;
     spindle_counters counters;
     pthread_t thread;
@@ -242,7 +245,7 @@ static inline bool spindle_should_wake(const spindle_idle *idle, uint64_t s) {
     return SPINDLE_SEARCHING(s) == 0 && SPINDLE_UNPARKED(s) < idle->nworkers;
 }
 /* Wakes one sleeper if the counts still say so (under the idle lock). */
-void spindle_wake_one(spindle_pool *pool, bool prefer_local_cpu);
+void spindle_wake_one(spindle_pool *pool, bool from_outside);
 /* Wakes one sleeper even though somebody is searching: the injector has a backlog the
  * searchers are not draining (park.c, "Backlog"). */
 void spindle_wake_for_backlog(spindle_pool *pool);

@@ -16,7 +16,8 @@
  *      tier first (SMT sibling, L3, node, other nodes by distance: topology.c, P3)
  *      from a random member of each tier, batch-stealing across nodes; and the
  *      injector again; for up to `spin_ns`, yielding the CPU every 16 rounds to any
- *      other runnable thread (see apply_slice for why).
+ *      other runnable thread (see apply_slice for why) — or for one round only when
+ *      it is a guest on the CPU of the outside thread that woke it (park.c, G1).
  * When all of that finds nothing it parks (spindle_idle_sleep).
  *
  * Invariants
@@ -163,6 +164,8 @@ static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
         /* Acquire, as in spindle_worker_wait_latch. */
         if (latch && atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET)
             return NULL;
+        /* G1 (park.c): on the CPU of the outside thread that woke us, one round only. */
+        if (w->guest) return NULL;
         /* Reading the clock costs ~20 ns through the vDSO; check it every 16 rounds. */
         if ((round & 15) == 0) {
             uint64_t now = spindle_now_ns();
@@ -173,7 +176,10 @@ static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
             /* Give the CPU away if anything else wants it. A worker with a short slice
              * (apply_slice) preempts the thread that woke it; without this it would
              * keep that thread — often an event loop — off its CPU for the whole
-             * search. When nothing else is runnable the yield returns at once. */
+             * search. When nothing else is runnable the yield returns at once. This
+             * only works against threads of equal or higher weight: a worker at a
+             * lower nice keeps the CPU through the yield, which is why a guest
+             * (park.c, G1) stops after one round instead of relying on it. */
             sched_yield();
         }
         for (int i = 0; i < 32; i++) spindle_cpu_relax();

@@ -239,6 +239,53 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(mismatches.locked { $0 }, [])
     }
 
+    func testAWorkerWokenOntoItsSubmittersCPUDoesNotSpinThere() throws {
+        // park.c, G1: a worker that an outside thread woke on that thread's own CPU
+        // searches once and parks instead of spinning there. The spin is set to 1 s so
+        // that spinning and not spinning are far apart; a worker woken from another CPU
+        // is the control, and must spin.
+        guard spindle_usable_cpu_count() >= 2 else { throw XCTSkip("needs two CPUs") }
+        var config = ThreadPool.Configuration(workers: 1)
+        config.pinning = .core
+        config.spin = .seconds(1)
+        config.name = "guest"
+        let pool = try ThreadPool(configuration: config)
+        defer { try? pool.shutdown() }
+        let workerCPU = pool.run { spindle_test_current_cpu() }
+        let otherCPU: Int32 = workerCPU == 0 ? 1 : 0
+        func parked() -> UInt64 { pool.stats[0].parked }
+        func waitForPark(after count: UInt64, within seconds: Double) -> Bool {
+            let deadline = Date().addingTimeInterval(seconds)
+            while parked() <= count, Date() < deadline { usleep(1_000) }
+            return parked() > count
+        }
+        XCTAssertTrue(waitForPark(after: 0, within: 10), "the worker parks when there is nothing to do")
+
+        /// Submits one task from a thread pinned to `cpu` and returns once it has run.
+        func submit(from cpu: Int32) {
+            let ran = DispatchSemaphore(value: 0), finished = DispatchSemaphore(value: 0)
+            let submitter = Thread {
+                XCTAssertEqual(spindle_test_pin_self(cpu), 0)
+                try? pool.submit { ran.signal() }
+                XCTAssertEqual(ran.wait(timeout: .now() + 10), .success)
+                finished.signal()
+            }
+            submitter.start()
+            finished.wait()
+        }
+
+        let beforeControl = parked()
+        submit(from: otherCPU)
+        usleep(300_000)
+        XCTAssertEqual(parked(), beforeControl, "woken from another CPU, the worker searches for its whole spin")
+        XCTAssertTrue(waitForPark(after: beforeControl, within: 10), "and then parks")
+
+        let beforeGuest = parked()
+        submit(from: workerCPU)
+        XCTAssertTrue(waitForPark(after: beforeGuest, within: 0.5),
+                      "woken on its submitter's CPU, the worker parks well within its 1 s spin")
+    }
+
     func testABacklogWakesASleeperEvenWhileSomebodySearches() throws {
         // park.c, B1: "wake nobody while somebody searches" trusts the searcher to run.
         // A phantom searcher stands in for one the kernel keeps off the CPU; the only
