@@ -22,7 +22,10 @@ import Synchronization
 /// possibly busy, CPU: with both CPUs saturated by background work, that took the
 /// start latency from 13 µs to 3.6 µs at the median and from 20–50 µs to ~6 µs at p99
 /// on our VMs (see `pick_sleeper_locked` in park.c). Pinning costs the class little:
-/// its workers preempt everything else on their CPU anyway.
+/// its workers preempt everything else on their CPU anyway. A worker woken that way
+/// runs the work it finds and parks without spinning (park.c, G1), so the submitter —
+/// often an event loop — has its CPU back as soon as the task is done: submit()
+/// returned in 4.7 µs at the median under load, against 57 µs while the worker spun.
 ///
 /// Background workers run under SCHED_IDLE: whenever any other thread wants a CPU the
 /// kernel preempts them at once, so queued higher-class work starts before queued
