@@ -164,13 +164,15 @@ struct spindle_worker {
     uint32_t tick;           /* owner-only: scheduling ticks, for injector fairness */
     uint64_t rng;            /* owner-only: xorshift state for victim selection     */
     bool searching;          /* owner-only mirror of its share of idle.state        */
-    bool guest;              /* owner-only: running on the CPU of the outside thread
-                                that woke it; searches once, never spins (park.c G1) */
+    bool guest;              /* owner-only: running on the CPU of the lower-ranked
+                                outside thread that woke it; searches once, never
+                                spins (park.c, G1)                                   */
     /* Under idle.lock: */
     bool in_sleepers;
     bool woken_searching;    /* set by the waker: wake as a searcher (notify) or not */
     bool waiting_in_task;    /* parked inside a join wait, not in the main loop      */
-    int32_t waker_cpu;       /* set by the waker: its CPU if outside the pool, or -1 */
+    int32_t waker_cpu;       /* set by the waker: its CPU if it is outside the pool and
+                                outranked by the worker (G1), else -1               */
     SPINDLE_ALIGNED spindle_parker parker;
     spindle_counters counters;
     pthread_t thread;

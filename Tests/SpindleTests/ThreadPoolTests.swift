@@ -240,17 +240,20 @@ final class ThreadPoolTests: XCTestCase {
     }
 
     func testAWorkerWokenOntoItsSubmittersCPUDoesNotSpinThere() throws {
-        // park.c, G1: a worker that an outside thread woke on that thread's own CPU
-        // searches once and parks instead of spinning there. The spin is set to 1 s so
-        // that spinning and not spinning are far apart; a worker woken from another CPU
-        // is the control, and must spin.
+        // park.c, G1: a worker that an outside thread woke on that thread's own CPU, and
+        // that outranks it (lower nice: its yields would not hand the CPU back), searches
+        // once and parks instead of spinning there. The spin is set to 1 s so that
+        // spinning and not spinning are far apart. Two controls must spin: a submitter
+        // on another CPU, and one on the worker's CPU at the pool's own nice.
         guard spindle_usable_cpu_count() >= 2 else { throw XCTSkip("needs two CPUs") }
         var config = ThreadPool.Configuration(workers: 1)
         config.pinning = .core
         config.spin = .seconds(1)
+        config.nice = 0
         config.name = "guest"
         let pool = try ThreadPool(configuration: config)
         defer { try? pool.shutdown() }
+        XCTAssertEqual(pool.effectiveNice, 0)
         let workerCPU = pool.run { spindle_test_current_cpu() }
         let otherCPU: Int32 = workerCPU == 0 ? 1 : 0
         func parked() -> UInt64 { pool.stats[0].parked }
@@ -261,11 +264,13 @@ final class ThreadPoolTests: XCTestCase {
         }
         XCTAssertTrue(waitForPark(after: 0, within: 10), "the worker parks when there is nothing to do")
 
-        /// Submits one task from a thread pinned to `cpu` and returns once it has run.
-        func submit(from cpu: Int32) {
+        /// Submits one task from a new thread pinned to `cpu` at `nice` (raising a
+        /// thread's own nice needs no privilege) and returns once the task has run.
+        func submit(from cpu: Int32, nice: Int32) {
             let ran = DispatchSemaphore(value: 0), finished = DispatchSemaphore(value: 0)
             let submitter = Thread {
                 XCTAssertEqual(spindle_test_pin_self(cpu), 0)
+                XCTAssertEqual(setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, nice), 0)
                 try? pool.submit { ran.signal() }
                 XCTAssertEqual(ran.wait(timeout: .now() + 10), .success)
                 finished.signal()
@@ -273,17 +278,19 @@ final class ThreadPoolTests: XCTestCase {
             submitter.start()
             finished.wait()
         }
+        /// Submits as `submit` does; true if the worker then searched for (at least
+        /// 300 ms of) its spin, false if it parked within that time.
+        func spins(from cpu: Int32, nice: Int32) -> Bool {
+            let before = parked()
+            submit(from: cpu, nice: nice)
+            let parkedEarly = waitForPark(after: before, within: 0.3)
+            XCTAssertTrue(waitForPark(after: before, within: 10), "the worker parks in the end")
+            return !parkedEarly
+        }
 
-        let beforeControl = parked()
-        submit(from: otherCPU)
-        usleep(300_000)
-        XCTAssertEqual(parked(), beforeControl, "woken from another CPU, the worker searches for its whole spin")
-        XCTAssertTrue(waitForPark(after: beforeControl, within: 10), "and then parks")
-
-        let beforeGuest = parked()
-        submit(from: workerCPU)
-        XCTAssertTrue(waitForPark(after: beforeGuest, within: 0.5),
-                      "woken on its submitter's CPU, the worker parks well within its 1 s spin")
+        XCTAssertTrue(spins(from: otherCPU, nice: 5), "woken from another CPU, the worker searches for its whole spin")
+        XCTAssertTrue(spins(from: workerCPU, nice: 0), "woken at its own nice, the worker's yields hand the CPU back: it spins")
+        XCTAssertFalse(spins(from: workerCPU, nice: 5), "woken on the CPU of a submitter it outranks, the worker parks at once")
     }
 
     func testABacklogWakesASleeperEvenWhileSomebodySearches() throws {
