@@ -270,8 +270,9 @@ static bool outranks_caller(spindle_pool *pool) {
 void spindle_wake_one(spindle_pool *pool, bool from_outside) {
     spindle_idle *idle = &pool->idle;
     spindle_worker *w = NULL;
-    int cpu = from_outside ? sched_getcpu() : -1;
-    int guest_cpu = from_outside && outranks_caller(pool) ? cpu : -1;
+    bool guest = from_outside && outranks_caller(pool);
+    int cpu = guest || (from_outside && pool->pinned_per_cpu) ? sched_getcpu() : -1;
+    int guest_cpu = guest ? cpu : -1;
     pthread_mutex_lock(&idle->lock);
     /* Re-check under the lock: the counts only change in our favour under it. */
     if (spindle_should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed)) &&
