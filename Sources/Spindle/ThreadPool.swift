@@ -93,7 +93,10 @@ public final class ThreadPool: @unchecked Sendable {
         /// Slots in each worker's deque (rounded up to a power of two). When a worker
         /// spawns more than this without running any, half moves to the shared queue.
         public var dequeCapacity: Int = 256
-        /// How long an idle worker keeps looking for work before it sleeps.
+        /// How long an idle worker keeps looking for work before it sleeps. A worker
+        /// woken by a thread outside the pool that it outranks (a lower nice), and
+        /// running on that thread's CPU, looks once and sleeps: its spin would only keep
+        /// that thread off the CPU.
         public var spin: Duration = .microseconds(50)
         /// Nice value the workers run at (Linux, per thread); nil keeps the nice of the
         /// thread that creates the pool. Negative values need privilege; when refused,
