@@ -246,14 +246,16 @@ final class ThreadPoolTests: XCTestCase {
         // spinning and not spinning are far apart. Two controls must spin: a submitter
         // on another CPU, and one on the worker's CPU at the pool's own nice.
         guard spindle_usable_cpu_count() >= 2 else { throw XCTSkip("needs two CPUs") }
+        // Everything relative to this thread's nice, which raising never needs privilege for.
+        let base = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
         var config = ThreadPool.Configuration(workers: 1)
         config.pinning = .core
         config.spin = .seconds(1)
-        config.nice = 0
+        config.nice = base
         config.name = "guest"
         let pool = try ThreadPool(configuration: config)
         defer { try? pool.shutdown() }
-        XCTAssertEqual(pool.effectiveNice, 0)
+        XCTAssertEqual(pool.effectiveNice, base)
         let workerCPU = pool.run { spindle_test_current_cpu() }
         let otherCPU: Int32 = workerCPU == 0 ? 1 : 0
         func parked() -> UInt64 { pool.stats[0].parked }
@@ -264,8 +266,8 @@ final class ThreadPoolTests: XCTestCase {
         }
         XCTAssertTrue(waitForPark(after: 0, within: 10), "the worker parks when there is nothing to do")
 
-        /// Submits one task from a new thread pinned to `cpu` at `nice` (raising a
-        /// thread's own nice needs no privilege) and returns once the task has run.
+        /// Submits one task from a new thread pinned to `cpu` at `nice` (never below
+        /// `base`) and returns once the task has run.
         func submit(from cpu: Int32, nice: Int32) {
             let ran = DispatchSemaphore(value: 0), finished = DispatchSemaphore(value: 0)
             let submitter = Thread {
@@ -288,9 +290,9 @@ final class ThreadPoolTests: XCTestCase {
             return !parkedEarly
         }
 
-        XCTAssertTrue(spins(from: otherCPU, nice: 5), "woken from another CPU, the worker searches for its whole spin")
-        XCTAssertTrue(spins(from: workerCPU, nice: 0), "woken at its own nice, the worker's yields hand the CPU back: it spins")
-        XCTAssertFalse(spins(from: workerCPU, nice: 5), "woken on the CPU of a submitter it outranks, the worker parks at once")
+        XCTAssertTrue(spins(from: otherCPU, nice: base + 5), "woken from another CPU, the worker searches for its whole spin")
+        XCTAssertTrue(spins(from: workerCPU, nice: base), "woken at its own nice, the worker's yields hand the CPU back: it spins")
+        XCTAssertFalse(spins(from: workerCPU, nice: base + 5), "woken on the CPU of a submitter it outranks, the worker parks at once")
     }
 
     func testABacklogWakesASleeperEvenWhileSomebodySearches() throws {
