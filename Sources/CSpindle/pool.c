@@ -33,7 +33,9 @@
  * Time slice. SCHED_OTHER workers ask for a 100 µs EEVDF slice (worker.c, apply_slice)
  * so that a woken worker preempts the thread that submitted to it, which on this VM is
  * on the same CPU; a searching worker yields the CPU every 16 rounds, so that having
- * preempted its submitter it does not keep it off the CPU while it searches.
+ * preempted its submitter it does not keep it off the CPU while it searches. A worker
+ * that outranks its submitter would keep the CPU through those yields, so it does not
+ * search there at all (park.c, G1).
  *
  * Permanent pools (process-wide, never shut down) skip the submitters count that lets
  * a shutdown wait for racing submitters: two atomic RMWs fewer per outside submit.
