@@ -178,17 +178,21 @@ struct spindle_worker {
     pthread_t thread;
     /* Placement (topology.c's plan), fixed at creation. */
     int32_t node;          /* NUMA node the worker lives on                        */
-    int32_t mem_node;      /* node its deque memory comes from                     */
+    int32_t mem_node;      /* node this struct and its deque ring come from        */
     int32_t *pin;          /* CPUs its thread is restricted to (npin 0: unpinned)  */
     uint32_t npin;
     uint32_t *steal;       /* other workers, nearest first                         */
     uint32_t nsteal;
     uint32_t *tier_start;  /* ntiers + 1 boundaries into `steal`                   */
     uint32_t ntiers;
+    /* The node-local block this struct and the three arrays above live in (pool.c,
+     * "a worker's own memory"), as the allocator returned it, for freeing. */
+    void *block;
+    size_t block_bytes;
 };
 
 struct spindle_pool {
-    spindle_worker *workers;
+    spindle_worker **workers; /* each on its memory node (pool.c); fixed at creation */
     uint32_t nworkers;
     uint32_t deque_capacity;
     uint64_t spin_ns;

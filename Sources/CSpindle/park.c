@@ -222,7 +222,7 @@ static uint32_t pick_sleeper_locked(spindle_pool *pool, int prefer_cpu) {
     uint32_t pick = idle->nsleepers - 1;
     if (prefer_cpu >= 0 && pool->pinned_per_cpu) {
         for (uint32_t k = 0; k < idle->nsleepers; k++) {
-            const spindle_worker *c = &pool->workers[idle->sleepers[k]];
+            const spindle_worker *c = pool->workers[idle->sleepers[k]];
             if (c->npin == 1 && c->pin[0] == prefer_cpu) {
                 pick = k;
                 break;
@@ -241,7 +241,7 @@ static uint32_t pick_sleeper_locked(spindle_pool *pool, int prefer_cpu) {
 static spindle_worker *wake_locked(spindle_pool *pool, int prefer_cpu, int guest_cpu) {
     spindle_idle *idle = &pool->idle;
     uint32_t i = pick_sleeper_locked(pool, prefer_cpu);
-    spindle_worker *w = &pool->workers[i];
+    spindle_worker *w = pool->workers[i];
     w->in_sleepers = false;
     w->woken_searching = true;
     w->waker_cpu = guest_cpu;
@@ -297,7 +297,7 @@ void spindle_notify_all(spindle_pool *pool) {
     pthread_mutex_lock(&idle->lock);
     uint32_t n = idle->nsleepers;
     for (uint32_t k = 0; k < n; k++) {
-        spindle_worker *w = &pool->workers[idle->sleepers[k]];
+        spindle_worker *w = pool->workers[idle->sleepers[k]];
         w->in_sleepers = false;
         w->woken_searching = false;
         if (w->waiting_in_task) idle->task_sleepers--;
@@ -307,13 +307,13 @@ void spindle_notify_all(spindle_pool *pool) {
     pthread_mutex_unlock(&idle->lock);
     /* Unpark everyone, including workers that were not in the list (they are between
      * checks and will find the token or the flag that made us call this). */
-    for (uint32_t i = 0; i < pool->nworkers; i++) spindle_parker_unpark(&pool->workers[i].parker);
+    for (uint32_t i = 0; i < pool->nworkers; i++) spindle_parker_unpark(&pool->workers[i]->parker);
 }
 
 bool spindle_pool_has_pending_work(spindle_pool *pool) {
     if (spindle_injector_maybe_nonempty(&pool->injector)) return true;
     for (uint32_t i = 0; i < pool->nworkers; i++)
-        if (spindle_deque_len(&pool->workers[i].deque) > 0) return true;
+        if (spindle_deque_len(&pool->workers[i]->deque) > 0) return true;
     return false;
 }
 

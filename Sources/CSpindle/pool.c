@@ -116,7 +116,7 @@ static void abort_create(spindle_pool *pool, uint32_t started) {
     atomic_store_explicit(&pool->shutdown, 2, memory_order_seq_cst);
     atomic_store_explicit(&pool->terminated, true, memory_order_seq_cst);
     spindle_notify_all(pool);
-    for (uint32_t i = 0; i < started; i++) pthread_join(pool->workers[i].thread, NULL);
+    for (uint32_t i = 0; i < started; i++) pthread_join(pool->workers[i]->thread, NULL);
 }
 
 /* ---- node-local memory -------------------------------------------------------------- */
@@ -124,7 +124,8 @@ static void abort_create(spindle_pool *pool, uint32_t started) {
 static void *default_alloc_on_node(size_t bytes, int32_t node, void *ctx) {
     (void)ctx;
     /* libnuma only where there is more than one node; numa_alloc_onnode rounds up to
-     * whole pages, which is fine for a deque ring. */
+     * whole pages, which is fine for a deque ring or a worker's block (one per worker,
+     * made once). */
     if (node >= 0 && numa_available() >= 0 && numa_max_node() > 0) return numa_alloc_onnode(bytes, node);
     return malloc(bytes);
 }
@@ -152,43 +153,75 @@ static void deque_dealloc(void *mem, size_t bytes, void *ctx) {
     pool->free_on_node(mem, bytes, pool->alloc_ctx);
 }
 
-/* Copies the plan's placement for worker `i` (or a flat layout when plan is NULL). */
-static int place_worker(spindle_pool *pool, const spindle_plan *plan, uint32_t i) {
-    spindle_worker *w = &pool->workers[i];
+/* ---- a worker's own memory -----------------------------------------------------------
+ *
+ * Each worker is one block from its memory node (the plan's `mem_node`: its own node, or
+ * the nearest node with memory when its own has none), through the same seam as the deque
+ * rings: the worker struct - the deque's top and bottom, the parker, the counters, the
+ * owner-only scheduling state - then the arrays every search round reads (steal order
+ * and tier bounds) and the CPU list it pins to. On a multi-node machine the lines the
+ * owner writes on every task (bottom, the counters) then live on the node it runs on,
+ * and a thief from another node pays the remote access, not the owner.
+ *
+ * Rejected: one array of all workers allocated by the creating thread (what Spindle did
+ * before): first touch put every worker's hot lines on the creator's node. Also rejected:
+ * first touch from the worker thread itself (allocate in spindle_worker_main): the pool
+ * must know every worker's address before any of them runs (thieves index `workers[]`
+ * from their first search), and a failed allocation there could not fail the create.
+ *
+ * The seam returns memory of unknown alignment (malloc: 16 bytes; numa_alloc_onnode:
+ * a page); the struct needs SPINDLE_CACHELINE, so the block is over-allocated by that
+ * much and the struct placed at the first aligned address in it. */
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* Allocates, zeroes and fills worker `i`'s block: placement copied from `plan`, or a
+ * flat layout (steal from everyone, one tier, no node, unpinned) when plan is NULL. */
+static spindle_worker *create_worker(spindle_pool *pool, const spindle_plan *plan, uint32_t i) {
     uint32_t n = pool->nworkers;
-    w->steal = malloc(sizeof(uint32_t) * (n ? n : 1));
-    w->tier_start = malloc(sizeof(uint32_t) * (n + 2));
-    if (!w->steal || !w->tier_start) return ENOMEM;
+    int32_t mem_node = plan ? spindle_plan_worker_memory_node(plan, i) : -1;
+    uint32_t npin = plan ? spindle_plan_worker_pin(plan, i, NULL, 0) : 0;
+    size_t steal_at = round_up(sizeof(spindle_worker), sizeof(uint32_t));
+    size_t tiers_at = steal_at + sizeof(uint32_t) * (n ? n : 1);
+    size_t pin_at = tiers_at + sizeof(uint32_t) * (n + 2);
+    size_t bytes = SPINDLE_CACHELINE + pin_at + sizeof(int32_t) * npin;
+    char *block = pool->alloc_on_node(bytes, mem_node, pool->alloc_ctx);
+    if (!block) return NULL;
+    size_t skip = (SPINDLE_CACHELINE - (uintptr_t)block % SPINDLE_CACHELINE) % SPINDLE_CACHELINE;
+    spindle_worker *w = (spindle_worker *)(void *)(block + skip);
+    memset(w, 0, pin_at + sizeof(int32_t) * npin);
+    w->block = block;
+    w->block_bytes = bytes;
+    w->mem_node = mem_node;
+    w->steal = (uint32_t *)(void *)((char *)w + steal_at);
+    w->tier_start = (uint32_t *)(void *)((char *)w + tiers_at);
+    w->pin = npin ? (int32_t *)(void *)((char *)w + pin_at) : NULL;
+    w->npin = npin;
     if (!plan) {
-        w->node = w->mem_node = -1;
+        w->node = -1;
         for (uint32_t k = 0; k < n; k++)
             if (k != i) w->steal[w->nsteal++] = k;
         w->tier_start[0] = 0;
         w->ntiers = w->nsteal ? 1 : 0;
         w->tier_start[w->ntiers] = w->nsteal;
-        return 0;
+        return w;
     }
     w->node = spindle_plan_worker_node(plan, i);
-    w->mem_node = spindle_plan_worker_memory_node(plan, i);
     w->nsteal = spindle_plan_steal_order(plan, i, w->steal, n);
     w->ntiers = spindle_plan_tier_count(plan, i);
     for (uint32_t t = 0; t <= w->ntiers; t++) w->tier_start[t] = spindle_plan_tier_start(plan, i, t);
-    w->npin = spindle_plan_worker_pin(plan, i, NULL, 0);
-    if (w->npin) {
-        w->pin = malloc(sizeof(int32_t) * w->npin);
-        if (!w->pin) return ENOMEM;
-        spindle_plan_worker_pin(plan, i, w->pin, w->npin);
-    }
-    return 0;
+    if (npin) spindle_plan_worker_pin(plan, i, w->pin, npin);
+    return w;
 }
 
+/* Frees the workers created so far (each one's deque ring first: the pointer to it is
+ * in the block), the idle state and the pool. */
 static void free_pool(spindle_pool *pool) {
     for (uint32_t i = 0; i < pool->nworkers; i++) {
-        spindle_worker *w = &pool->workers[i];
+        spindle_worker *w = pool->workers[i];
+        if (!w) continue;
         spindle_deque_free(&w->deque, deque_dealloc, pool);
-        free(w->steal);
-        free(w->tier_start);
-        free(w->pin);
+        pool->free_on_node(w->block, w->block_bytes, pool->alloc_ctx);
     }
     spindle_idle_destroy(&pool->idle);
     free(pool->workers);
@@ -235,15 +268,14 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         return ENOMEM;
     }
     memset(pool, 0, sizeof *pool);
-    size_t wbytes = (sizeof(spindle_worker) * n + SPINDLE_CACHELINE - 1) / SPINDLE_CACHELINE *
-                    SPINDLE_CACHELINE;
-    pool->workers = aligned_alloc(SPINDLE_CACHELINE, wbytes);
+    /* Pointers only: each worker is a block on its own node (create_worker). The
+     * array is written here and read-only afterwards, so every CPU keeps a copy. */
+    pool->workers = calloc(n, sizeof *pool->workers);
     if (!pool->workers) {
         free(pool);
         spindle_plan_free(own_plan);
         return ENOMEM;
     }
-    memset(pool->workers, 0, wbytes);
     pool->nworkers = n;
     pool->spin_ns = cfg.spin_ns ? cfg.spin_ns : SPINDLE_DEFAULT_SPIN_NS;
     pool->permanent = cfg.permanent;
@@ -281,34 +313,33 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         return rc;
     }
     for (uint32_t i = 0; i < n; i++) {
-        spindle_worker *w = &pool->workers[i];
+        spindle_worker *w = pool->workers[i] = create_worker(pool, plan, i);
+        node_alloc na = {pool, w ? w->mem_node : -1};
+        if (!w || spindle_deque_init(&w->deque, cap, deque_alloc, &na) != 0) {
+            free_pool(pool);
+            spindle_plan_free(own_plan);
+            return ENOMEM;
+        }
         w->pool = pool;
         w->index = i;
         w->rng = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)(uintptr_t)pool;
         if (!w->rng) w->rng = 1;
         atomic_init(&w->parker.state, 0);
-        node_alloc na = {pool, 0};
-        if (place_worker(pool, plan, i) != 0 ||
-            (na.node = w->mem_node, spindle_deque_init(&w->deque, cap, deque_alloc, &na)) != 0) {
-            free_pool(pool);
-            spindle_plan_free(own_plan);
-            return ENOMEM;
-        }
     }
     spindle_plan_free(own_plan);
-    pool->deque_capacity = (uint32_t)(pool->workers[0].deque.mask + 1);
+    pool->deque_capacity = (uint32_t)(pool->workers[0]->deque.mask + 1);
     /* One worker per CPU, each on its own: outside submissions may then wake the worker
      * on the submitter's CPU (park.c, pick_sleeper_locked). */
     pool->pinned_per_cpu = true;
     for (uint32_t i = 0; i < n; i++) {
-        const spindle_worker *w = &pool->workers[i];
+        const spindle_worker *w = pool->workers[i];
         bool alone = w->npin == 1;
         for (uint32_t j = 0; alone && j < i; j++)
-            if (pool->workers[j].npin == 1 && pool->workers[j].pin[0] == w->pin[0]) alone = false;
+            if (pool->workers[j]->npin == 1 && pool->workers[j]->pin[0] == w->pin[0]) alone = false;
         if (!alone) pool->pinned_per_cpu = false;
     }
     for (uint32_t i = 0; i < n; i++) {
-        rc = pthread_create(&pool->workers[i].thread, NULL, spindle_worker_main, &pool->workers[i]);
+        rc = pthread_create(&pool->workers[i]->thread, NULL, spindle_worker_main, pool->workers[i]);
         if (rc) {
             abort_create(pool, i);
             free_pool(pool);
@@ -343,7 +374,7 @@ int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode) {
     /* Step 4. */
     spindle_notify_all(pool);
     /* Step 5. */
-    for (uint32_t i = 0; i < pool->nworkers; i++) pthread_join(pool->workers[i].thread, NULL);
+    for (uint32_t i = 0; i < pool->nworkers; i++) pthread_join(pool->workers[i]->thread, NULL);
     /* Release pairs with spindle_pool_free's acquire. */
     atomic_store_explicit(&pool->joined, true, memory_order_release);
     return 0;
@@ -431,11 +462,11 @@ int spindle_pool_pin_error(const spindle_pool *pool) {
 }
 
 uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w) {
-    return w < pool->nworkers ? pool->workers[w].ntiers : 0;
+    return w < pool->nworkers ? pool->workers[w]->ntiers : 0;
 }
 
 int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w) {
-    return w < pool->nworkers ? pool->workers[w].node : -1;
+    return w < pool->nworkers ? pool->workers[w]->node : -1;
 }
 
 int spindle_pool_current_worker(const spindle_pool *pool) {

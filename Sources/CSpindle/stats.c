@@ -21,21 +21,21 @@ static uint64_t thread_cpu_ns(pthread_t thread) {
 uint32_t spindle_pool_stats(const spindle_pool *pool, spindle_worker_stats *out, uint32_t count) {
     uint32_t n = count < pool->nworkers ? count : pool->nworkers;
     for (uint32_t i = 0; i < n; i++) {
-        spindle_counters *c = &pool->workers[i].counters;
+        spindle_counters *c = &pool->workers[i]->counters;
         out[i].executed = atomic_load_explicit(&c->executed, memory_order_relaxed);
         out[i].stolen = atomic_load_explicit(&c->stolen, memory_order_relaxed);
         out[i].stolen_from = atomic_load_explicit(&c->stolen_from, memory_order_relaxed);
         out[i].parked = atomic_load_explicit(&c->parked, memory_order_relaxed);
         out[i].injector_pops = atomic_load_explicit(&c->injector_pops, memory_order_relaxed);
         out[i].overflowed = atomic_load_explicit(&c->overflowed, memory_order_relaxed);
-        out[i].cpu_ns = thread_cpu_ns(pool->workers[i].thread);
+        out[i].cpu_ns = thread_cpu_ns(pool->workers[i]->thread);
     }
     return n;
 }
 
 uint64_t spindle_pool_cpu_time_ns(const spindle_pool *pool) {
     uint64_t sum = 0;
-    for (uint32_t i = 0; i < pool->nworkers; i++) sum += thread_cpu_ns(pool->workers[i].thread);
+    for (uint32_t i = 0; i < pool->nworkers; i++) sum += thread_cpu_ns(pool->workers[i]->thread);
     return sum;
 }
 

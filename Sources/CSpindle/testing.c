@@ -69,3 +69,12 @@ void spindle_test_add_phantom_searchers(spindle_pool *pool, int32_t delta) {
 }
 
 uint32_t spindle_test_backlog_wake(void) { return SPINDLE_BACKLOG_WAKE; }
+
+void spindle_test_worker_memory(const spindle_pool *pool, uint32_t w, const void **state,
+                                size_t *state_bytes, const void **ring, size_t *ring_bytes) {
+    const spindle_worker *worker = w < pool->nworkers ? pool->workers[w] : NULL;
+    *state = worker;
+    *state_bytes = worker ? sizeof *worker : 0;
+    *ring = worker ? (const void *)worker->deque.buf : NULL;
+    *ring_bytes = worker ? (size_t)(worker->deque.mask + 1) * sizeof worker->deque.buf[0] : 0;
+}

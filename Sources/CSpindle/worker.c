@@ -105,7 +105,7 @@ static spindle_task *steal_from_others(spindle_worker *w) {
             if (size == 0) continue;
             uint32_t start = (uint32_t)(xorshift(&w->rng) % size);
             for (uint32_t k = 0; k < size; k++) {
-                spindle_worker *victim = &pool->workers[w->steal[lo + (start + k) % size]];
+                spindle_worker *victim = pool->workers[w->steal[lo + (start + k) % size]];
                 spindle_task *t;
                 spindle_steal_result r = spindle_deque_steal(&victim->deque, &t);
                 if (r == SPINDLE_STEAL_RETRY) retry = true;

@@ -105,9 +105,11 @@ final class TopologyTests: XCTestCase {
         XCTAssertEqual(topo.nodes.reduce(0) { $0 + $1.cpus.count }, Int(spindle_usable_cpu_count()))
     }
 
-    /// A pool built from a fixture plan allocates each worker's deque on the planned
-    /// node — observed through the allocator seam — and reports that it could not pin
-    /// to CPUs this machine does not have, while still running work.
+    /// A pool built from a fixture plan allocates each worker's own state and its deque
+    /// ring on the worker's memory node — observed through the allocator seam: every
+    /// worker's struct and ring lie inside an allocation made for that node, and the
+    /// pool allocates nothing else per worker behind the seam's back — and reports that
+    /// it could not pin to CPUs this machine does not have, while still running work.
     func testPoolAllocatesOnPlannedNodesThroughTheSeam() throws {
         let topo = try Topology.load(sysfsRoot: fixture("memoryless-node"), cpus: "0-11")
         let plan = try topo.plan(workers: 6, pinning: .core)
@@ -115,13 +117,25 @@ final class TopologyTests: XCTestCase {
         var cfg = spindle_config()
         spindle_config_init(&cfg)
         cfg.plan = plan.handle.raw
-        cfg.alloc_on_node = { bytes, node, _ in AllocationLog.record(node); return malloc(bytes) }
-        cfg.free_on_node = { mem, _, _ in free(mem) }
+        cfg.alloc_on_node = { bytes, node, _ in
+            let mem = malloc(bytes)
+            AllocationLog.record(node, mem, bytes)
+            return mem
+        }
+        cfg.free_on_node = { mem, _, _ in AllocationLog.forget(mem); free(mem) }
         var raw: OpaquePointer?
         XCTAssertEqual(spindle_pool_create(&cfg, &raw), 0)
         let pool = try XCTUnwrap(raw)
-        defer { spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) }
-        XCTAssertEqual(AllocationLog.nodes, [0, 0, 0, 0, 2, 2], "deques on the memory node of each worker")
+        // Node 1 has no memory: its workers' memory comes from the nearest node that has.
+        let memoryNodes: [Int32] = [0, 0, 0, 0, 2, 2]
+        XCTAssertEqual(AllocationLog.live.count, 2 * memoryNodes.count, "one state block and one ring per worker")
+        for (w, node) in memoryNodes.enumerated() {
+            var state: UnsafeRawPointer?, ring: UnsafeRawPointer?, stateBytes = 0, ringBytes = 0
+            spindle_test_worker_memory(pool, UInt32(w), &state, &stateBytes, &ring, &ringBytes)
+            XCTAssertEqual(AllocationLog.node(containing: state, bytes: stateBytes), node, "worker \(w)'s state")
+            XCTAssertEqual(AllocationLog.node(containing: ring, bytes: ringBytes), node, "worker \(w)'s deque ring")
+            XCTAssertEqual(Int(bitPattern: state) % 64, 0, "worker \(w)'s state is cache-line aligned")
+        }
         XCTAssertEqual((0..<6).map { spindle_pool_worker_node(pool, $0) }, [0, 0, 1, 1, 2, 2])
         XCTAssertEqual(spindle_pool_steal_tiers(pool, 0), 3)
         if spindle_usable_cpu_count() < 12 {
@@ -132,6 +146,8 @@ final class TopologyTests: XCTestCase {
         let ctx = Unmanaged.passRetained(sem).toOpaque()
         XCTAssertEqual(spindle_submit(pool, { ctx, _ in Unmanaged<DispatchSemaphore>.fromOpaque(ctx!).takeRetainedValue().signal() }, ctx), 0)
         XCTAssertEqual(sem.wait(timeout: .now() + 10), .success)
+        spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN)
+        XCTAssertTrue(AllocationLog.live.isEmpty, "everything allocated through the seam is freed through it")
     }
 
     /// A process restricted to one CPU gets a one-worker pool (run in a child process
@@ -150,9 +166,19 @@ final class TopologyTests: XCTestCase {
     }
 }
 
-/// Nodes the test allocator was asked for, in order (creation is single-threaded).
+/// The test allocator's live allocations (creation and destruction are single-threaded).
 enum AllocationLog {
-    nonisolated(unsafe) static var nodes: [Int32] = []
-    static func reset() { nodes = [] }
-    static func record(_ node: Int32) { nodes.append(node) }
+    struct Entry { let node: Int32; let start: UInt; let bytes: Int }
+    nonisolated(unsafe) static var live: [Entry] = []
+    static func reset() { live = [] }
+    static func record(_ node: Int32, _ mem: UnsafeMutableRawPointer?, _ bytes: Int) {
+        if let mem { live.append(Entry(node: node, start: UInt(bitPattern: mem), bytes: bytes)) }
+    }
+    static func forget(_ mem: UnsafeMutableRawPointer?) { live.removeAll { $0.start == UInt(bitPattern: mem) } }
+    /// The node of the live allocation holding `bytes` bytes from `p`; nil if none does.
+    static func node(containing p: UnsafeRawPointer?, bytes: Int) -> Int32? {
+        guard let p else { return nil }
+        let a = UInt(bitPattern: p)
+        return live.first { a >= $0.start && a + UInt(bytes) <= $0.start + UInt($0.bytes) }?.node
+    }
 }

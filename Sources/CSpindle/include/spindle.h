@@ -97,8 +97,11 @@ typedef struct spindle_config {
     const struct spindle_plan *plan;
     /** Pinning when `plan` is NULL: 0 node (default), 1 core, 2 none (spindle_pinning). */
     int32_t pinning;
-    /** Allocator for per-worker memory (the deques) on a NUMA node. NULL: libnuma's
-     *  numa_alloc_onnode on a multi-node machine, malloc otherwise. A seam for tests. */
+    /** Allocator for per-worker memory on a NUMA node: each worker's own state (one
+     *  block: the worker, its deque's indices, its parker, counters and steal order)
+     *  and its deque ring, both from the worker's memory node (-1: no node). Any
+     *  alignment malloc gives will do. NULL: libnuma's numa_alloc_onnode on a
+     *  multi-node machine, malloc otherwise. Set both or neither. A seam for tests. */
     void *(*alloc_on_node)(size_t bytes, int32_t node, void *ctx);
     void (*free_on_node)(void *memory, size_t bytes, void *ctx);
     void *alloc_ctx;

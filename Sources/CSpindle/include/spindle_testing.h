@@ -33,6 +33,12 @@ void spindle_test_add_phantom_searchers(spindle_pool *pool, int32_t delta);
  *  of searchers (SPINDLE_BACKLOG_WAKE). */
 uint32_t spindle_test_backlog_wake(void);
 
+/** Where worker `w`'s memory is: its state (the worker struct, `*state_bytes` long) and
+ *  its deque ring (`*ring_bytes`), so that tests can check them against the allocations
+ *  the node seam saw. NULLs and zeros for a worker index out of range. */
+void spindle_test_worker_memory(const spindle_pool *pool, uint32_t w, const void **state,
+                                size_t *state_bytes, const void **ring, size_t *ring_bytes);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */
