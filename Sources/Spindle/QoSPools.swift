@@ -31,7 +31,13 @@ import Synchronization
 /// kernel preempts them at once, so queued higher-class work starts before queued
 /// background work without Spindle re-ordering anything. They keep a small share of
 /// the CPU (SCHED_IDLE's weight), so background work is delayed under load, never
-/// starved forever. Utility uses SCHED_BATCH (no wake-up preemption of interactive
+/// starved forever: with every CPU saturated by userInteractive work, queued background
+/// work waited 0.1–3 s on our VMs (one kernel slice every few seconds; tested by
+/// `testBackgroundWorkProgressesUnderInteractiveSaturation`). Rejected: aging in
+/// Spindle — running a starved background task on a higher class's worker once it has
+/// waited long enough. That worker is then unavailable to its own class for as long as
+/// the background task runs, which is unbounded; the kernel's share costs interactive
+/// work nothing. Utility uses SCHED_BATCH (no wake-up preemption of interactive
 /// threads). Both need no privilege.
 ///
 /// A process without CAP_SYS_NICE (or RLIMIT_NICE headroom) is refused negative nice
