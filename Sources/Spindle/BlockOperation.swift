@@ -15,13 +15,19 @@ open class BlockOperation: Operation, @unchecked Sendable {
     // on the thread that frees each operation, for nothing.
 
     /// Creates an operation with no blocks yet.
+    ///
+    /// The only designated initialiser, as in Foundation: a subclass whose own
+    /// initialiser does not call `super.init()` gets it called implicitly only when its
+    /// superclass has exactly one designated initialiser, and a subclass that declares
+    /// none inherits ``init(block:)`` only when it inherits every designated one. A
+    /// designated `init(block:)` (what Spindle had) broke the first kind of subclass.
     public override init() {
         super.init()
     }
 
     /// Creates an operation that runs `block`.
-    public init(block: consuming @escaping @Sendable () -> Void) {
-        super.init()
+    public convenience init(block: consuming @escaping @Sendable () -> Void) {
+        self.init()
         blockBody = block
     }
 

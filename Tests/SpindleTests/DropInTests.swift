@@ -1,0 +1,56 @@
+import Synchronization
+import XCTest
+
+// A plain import, not `@testable`: this file sees only Spindle's public API, as a user's
+// code does — and whether a subclass may leave out `super.init()`, or inherits
+// `init(block:)`, depends on which initialisers it can see.
+import Spindle
+
+// Subclasses in the shapes code written for Foundation uses. Each compiles against
+// Foundation's types; if one of Spindle's types stops accepting it, this file stops
+// compiling and the suite fails.
+
+/// Its own designated initialiser, no `super.init()`: Swift calls it implicitly only when
+/// the superclass has exactly one designated initialiser (Foundation's BlockOperation
+/// does: `init(block:)` is a convenience initialiser there).
+private final class TaggedBlockOperation: BlockOperation, @unchecked Sendable {
+    let tag: Int
+    init(tag: Int) { self.tag = tag }
+}
+
+/// No initialiser of its own: inherits `init()` and, through it, `init(block:)`.
+private class PlainBlockSubclass: BlockOperation, @unchecked Sendable {}
+
+/// The same shape on Operation.
+private final class TaggedOperation: Operation, @unchecked Sendable {
+    let tag: Int
+    private let ran = Atomic<Bool>(false)
+    var didRun: Bool { ran.load(ordering: .acquiring) }
+    init(tag: Int) { self.tag = tag }
+    override func main() { ran.store(true, ordering: .releasing) }
+}
+
+/// And on OperationQueue.
+private final class NamedQueue: OperationQueue, @unchecked Sendable {
+    let label: String
+    init(label: String) { self.label = label }
+}
+
+final class DropInTests: XCTestCase {
+    func testFoundationShapedSubclassesCompileAndRun() {
+        let queue = NamedQueue(label: "drop-in")
+        let blocksRun = Atomic<Int>(0)
+        let tagged = TaggedBlockOperation(tag: 7)
+        tagged.addExecutionBlock { blocksRun.add(1, ordering: .relaxed) }
+        let inherited = PlainBlockSubclass(block: { blocksRun.add(1, ordering: .relaxed) })
+        let op = TaggedOperation(tag: 3)
+        queue.addOperations([tagged, inherited, op], waitUntilFinished: true)
+        XCTAssertEqual(blocksRun.load(ordering: .relaxed), 2)
+        XCTAssertTrue(op.didRun)
+        XCTAssertEqual(tagged.executionBlocks.count, 1)
+        XCTAssertEqual(inherited.executionBlocks.count, 1, "init(block:) inherited through init()")
+        XCTAssertEqual([tagged.tag, op.tag], [7, 3])
+        XCTAssertEqual(queue.label, "drop-in")
+        XCTAssertTrue(tagged.isFinished && inherited.isFinished && op.isFinished)
+    }
+}
