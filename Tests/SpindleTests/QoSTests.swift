@@ -109,7 +109,7 @@ final class QoSTests: XCTestCase {
     /// never starved forever. Every CPU is kept busy by userInteractive work (two lanes
     /// of 1 ms chunks per worker, resubmitting themselves) while a background chain of
     /// short tasks waits; SCHED_IDLE's share must still let it run. On our VMs it gets
-    /// one slice (~4 ms of work) every ~2 s under this load; the deadline is generous
+    /// one slice (~4 ms of work) every 2–3 s under this load; the deadline is generous
     /// because the bound is the kernel's, not ours.
     func testBackgroundWorkProgressesUnderInteractiveSaturation() throws {
         let bg = ThreadPool.forQualityOfService(.background)
