@@ -550,6 +550,21 @@ open class Operation: @unchecked Sendable {
         hasObservers.store(true, ordering: .releasing)
     }
 
+    // MARK: - Identity (what Foundation's Operation inherits from NSObject)
+
+    /// Whether `object` is this operation. NSObject's default, which Foundation's
+    /// `Operation` keeps: identity. Overridable; ``==(_:_:)`` calls it.
+    open func isEqual(_ object: Any?) -> Bool {
+        guard let other = object as? Operation else { return false }
+        return other === self
+    }
+
+    /// A hash consistent with ``isEqual(_:)``: the object's identity unless overridden.
+    open var hash: Int { ObjectIdentifier(self).hashValue }
+
+    /// `<Class: address>`, what Foundation's operations print on Linux (NSObject's form).
+    open var description: String { "<\(type(of: self)): \(Unmanaged.passUnretained(self).toOpaque())>" }
+
     // MARK: - Internals
 
     func describe() -> String {
@@ -822,4 +837,13 @@ struct Waiter: @unchecked Sendable {
         if let latch { spindle_latch_set(latch) }
         continuation?.resume()
     }
+}
+
+/// Foundation's `Operation` is an NSObject, hence Hashable and printable: code that
+/// writes `queue.operations.contains(op)`, keeps operations in a `Set`, or reads
+/// `op.description` compiles against Spindle unchanged.
+extension Operation: Hashable, CustomStringConvertible {
+    /// `lhs.isEqual(rhs)`, as for NSObject.
+    public static func == (lhs: Operation, rhs: Operation) -> Bool { lhs.isEqual(rhs) }
+    public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
 }

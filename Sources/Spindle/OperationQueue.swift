@@ -532,6 +532,22 @@ open class OperationQueue: @unchecked Sendable {
         }
     }
 
+    // MARK: - Identity (what Foundation's OperationQueue inherits from NSObject)
+
+    /// Whether `object` is this queue: identity, NSObject's default. Overridable;
+    /// ``==(_:_:)`` calls it — so `OperationQueue.current == OperationQueue.main`
+    /// works as it does with Foundation.
+    open func isEqual(_ object: Any?) -> Bool {
+        guard let other = object as? OperationQueue else { return false }
+        return other === self
+    }
+
+    /// A hash consistent with ``isEqual(_:)``: the object's identity unless overridden.
+    open var hash: Int { ObjectIdentifier(self).hashValue }
+
+    /// `<Class: address>`, what Foundation's queues print on Linux (NSObject's form).
+    open var description: String { "<\(type(of: self)): \(Unmanaged.passUnretained(self).toOpaque())>" }
+
     // MARK: - Control
 
     /// Cancels every operation in the queue. Those not started finish without running
@@ -871,4 +887,11 @@ enum OpTask {
         // cannot fail short of a bug in the engine.
         precondition(rc == 0, "Spindle: a process-wide pool refused an operation (engine bug, rc \(rc))")
     }
+}
+
+/// Foundation's `OperationQueue` is an NSObject, hence Hashable and printable.
+extension OperationQueue: Hashable, CustomStringConvertible {
+    /// `lhs.isEqual(rhs)`, as for NSObject.
+    public static func == (lhs: OperationQueue, rhs: OperationQueue) -> Bool { lhs.isEqual(rhs) }
+    public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
 }

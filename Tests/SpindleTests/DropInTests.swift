@@ -53,4 +53,40 @@ final class DropInTests: XCTestCase {
         XCTAssertEqual(queue.label, "drop-in")
         XCTAssertTrue(tagged.isFinished && inherited.isFinished && op.isFinished)
     }
+
+    /// Foundation's operations and queues are NSObjects: equatable and hashable by
+    /// identity (`isEqual`, overridable), printable. Code relying on that — the common
+    /// `OperationQueue.current == OperationQueue.main` check among it — compiles and
+    /// behaves the same.
+    func testOperationsAndQueuesAreHashableAndPrintableLikeNSObjects() {
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        let a = BlockOperation {}, b = BlockOperation {}
+        queue.addOperation(a)
+        XCTAssertTrue(queue.operations.contains(a))
+        XCTAssertFalse(queue.operations.contains(b))
+        XCTAssertEqual(queue.operations.firstIndex(of: a), 0)
+        XCTAssertEqual(Set<Operation>([a, a, b]).count, 2)
+        XCTAssertTrue(a == a && a != b)
+        XCTAssertTrue(a.isEqual(a) && !a.isEqual(b) && !a.isEqual(nil) && !a.isEqual(queue))
+        XCTAssertEqual(OperationQueue.current == OperationQueue.main, Thread.isMainThread)
+        XCTAssertTrue(queue != OperationQueue.main && queue == queue)
+        XCTAssertEqual(Set([queue, queue, OperationQueue.main]).count, 2)
+        XCTAssertTrue(a.description.hasPrefix("<BlockOperation: 0x"), a.description)
+        XCTAssertTrue(queue.description.hasPrefix("<OperationQueue: 0x"), queue.description)
+        // isEqual is what == asks, so an override is honoured.
+        XCTAssertTrue(SameKind(kind: 1) == SameKind(kind: 1))
+        XCTAssertFalse(SameKind(kind: 1) == SameKind(kind: 2))
+        a.cancel()
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+    }
+}
+
+/// An operation that overrides NSObject-style equality.
+private final class SameKind: Operation, @unchecked Sendable {
+    let kind: Int
+    init(kind: Int) { self.kind = kind }
+    override func isEqual(_ object: Any?) -> Bool { (object as? SameKind)?.kind == kind }
+    override var hash: Int { kind }
 }
