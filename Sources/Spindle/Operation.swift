@@ -390,6 +390,38 @@ open class Operation: @unchecked Sendable {
         }
     }
 
+    /// The key-path spelling Foundation also offers: `willChangeValue(for: \.isFinished)`.
+    /// Calls ``willChangeValue(forKey:)`` with the property's name.
+    open func willChangeValue<Value>(for keyPath: KeyPath<Operation, Value>) {
+        willChangeValue(forKey: Operation.key(for: keyPath))
+    }
+
+    /// The key-path spelling Foundation also offers: `didChangeValue(for: \.isFinished)`.
+    /// Calls ``didChangeValue(forKey:)`` with the property's name, so that the state
+    /// keys have the same effect in either spelling.
+    open func didChangeValue<Value>(for keyPath: KeyPath<Operation, Value>) {
+        didChangeValue(forKey: Operation.key(for: keyPath))
+    }
+
+    /// The KVO key of a key path: the name of the property for the ones the state
+    /// machine reacts to (and the others Foundation documents as observable); the key
+    /// path's description for anything else.
+    static func key<Value>(for keyPath: KeyPath<Operation, Value>) -> String {
+        switch keyPath as AnyKeyPath {
+        case \Operation.isFinished: return "isFinished"
+        case \Operation.isReady: return "isReady"
+        case \Operation.isExecuting: return "isExecuting"
+        case \Operation.isCancelled: return "isCancelled"
+        case \Operation.isAsynchronous: return "isAsynchronous"
+        case \Operation.isConcurrent: return "isConcurrent"
+        case \Operation.dependencies: return "dependencies"
+        case \Operation.queuePriority: return "queuePriority"
+        case \Operation.completionBlock: return "completionBlock"
+        case \Operation.name: return "name"
+        default: return "\(keyPath)"
+        }
+    }
+
     // MARK: - Properties
 
     /// A name for debugging and logging.

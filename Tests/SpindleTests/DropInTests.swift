@@ -81,6 +81,50 @@ final class DropInTests: XCTestCase {
         queue.isSuspended = false
         queue.waitUntilAllOperationsAreFinished()
     }
+
+    /// A custom asynchronous operation that signals with `willChangeValue(for:)` /
+    /// `didChangeValue(for:)` finishes in its queue and releases its dependents, as one
+    /// using the string keys does.
+    func testKeyPathChangeNotificationsDriveTheStateMachine() {
+        let queue = OperationQueue()
+        let async = KeyPathSignallingOperation()
+        let after = Atomic<Bool>(false)
+        let dependent = BlockOperation { after.store(async.isFinished, ordering: .releasing) }
+        dependent.addDependency(async)
+        let done = DispatchSemaphore(value: 0)
+        dependent.completionBlock = { done.signal() }
+        queue.addOperations([async, dependent], waitUntilFinished: false)
+        // Not waitUntilFinished: a notification the queue missed would hang the suite.
+        guard done.wait(timeout: .now() + 10) == .success else {
+            return XCTFail("the queue never saw the operation finish")
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(async.isFinished && !async.isExecuting)
+        XCTAssertTrue(after.load(ordering: .acquiring), "the dependent ran after the operation finished")
+        XCTAssertEqual(queue.operationCount, 0)
+    }
+}
+
+/// The seeds' concurrent-operation template, signalling with the key-path spelling of
+/// KVO's notifications (`willChangeValue(for: \.isFinished)`), as Swift code written for
+/// Foundation may.
+private final class KeyPathSignallingOperation: Operation, @unchecked Sendable {
+    private let state = Mutex((executing: false, finished: false))
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { state.withLock { $0.executing } }
+    override var isFinished: Bool { state.withLock { $0.finished } }
+    override func start() {
+        willChangeValue(for: \.isExecuting)
+        state.withLock { $0.executing = true }
+        didChangeValue(for: \.isExecuting)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(20)) {
+            self.willChangeValue(for: \.isFinished)
+            self.willChangeValue(for: \.isExecuting)
+            self.state.withLock { $0 = (executing: false, finished: true) }
+            self.didChangeValue(for: \.isExecuting)
+            self.didChangeValue(for: \.isFinished)
+        }
+    }
 }
 
 /// An operation that overrides NSObject-style equality.
