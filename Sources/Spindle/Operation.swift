@@ -877,5 +877,6 @@ struct Waiter: @unchecked Sendable {
 extension Operation: Hashable, CustomStringConvertible {
     /// `lhs.isEqual(rhs)`, as for NSObject.
     public static func == (lhs: Operation, rhs: Operation) -> Bool { lhs.isEqual(rhs) }
+    /// Feeds ``hash`` to `hasher`, as for NSObject: an override of `hash` is honoured.
     public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
 }

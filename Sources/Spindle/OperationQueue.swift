@@ -893,5 +893,6 @@ enum OpTask {
 extension OperationQueue: Hashable, CustomStringConvertible {
     /// `lhs.isEqual(rhs)`, as for NSObject.
     public static func == (lhs: OperationQueue, rhs: OperationQueue) -> Bool { lhs.isEqual(rhs) }
+    /// Feeds ``hash`` to `hasher`, as for NSObject: an override of `hash` is honoured.
     public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
 }
