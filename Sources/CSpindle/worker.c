@@ -223,6 +223,15 @@ static void set_thread_name(spindle_worker *w) {
     pthread_setname_np(pthread_self(), name);
 }
 
+/* Records `err` as the pool's report in `slot` unless an earlier failure (of another
+ * worker) already did: the first error wins. Relaxed: a report, read after create
+ * returns — create waits for `ready`, whose release/acquire orders this before it. */
+static void report_first_error(_Atomic int *slot, int err) {
+    int expected = 0;
+    atomic_compare_exchange_strong_explicit(slot, &expected, err, memory_order_relaxed,
+                                            memory_order_relaxed);
+}
+
 /* The kernel's struct sched_attr (SCHED_ATTR_SIZE_VER1), which glibc does not declare. */
 typedef struct spindle_sched_attr {
     uint32_t size, sched_policy;
@@ -246,15 +255,9 @@ static void apply_slice(spindle_pool *pool, pid_t tid) {
     memset(&attr, 0, sizeof attr);
     attr.size = sizeof attr;
     attr.sched_policy = (uint32_t)sched_getscheduler(0);
-    errno = 0;
     attr.sched_nice = getpriority(PRIO_PROCESS, (id_t)tid);
     attr.sched_runtime = pool->requested_slice_ns;
-    if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) {
-        int err = errno, expected = 0;
-        /* Relaxed: a report, read after create returns (ordered by `ready`). */
-        atomic_compare_exchange_strong_explicit(&pool->slice_error, &expected, err,
-                                                memory_order_relaxed, memory_order_relaxed);
-    }
+    if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) report_first_error(&pool->slice_error, errno);
 }
 
 /* Applies the pool's scheduling policy and nice value to the calling worker thread and
@@ -267,26 +270,16 @@ static void apply_priority(spindle_worker *w) {
         struct sched_param param = {.sched_priority = 0};
         int policy = pool->requested_policy == SPINDLE_POLICY_IDLE ? SCHED_IDLE : SCHED_BATCH;
         int rc = pthread_setschedparam(pthread_self(), policy, &param);
-        if (rc) {
-            int expected = 0;
-            /* Relaxed: a report, read after create returns (create waits for `ready`,
-             * whose release/acquire orders this store before the read). */
-            atomic_compare_exchange_strong_explicit(&pool->policy_error, &expected, rc,
-                                                    memory_order_relaxed, memory_order_relaxed);
-        }
+        if (rc) report_first_error(&pool->policy_error, rc);
     }
     if (pool->requested_nice != SPINDLE_NICE_INHERIT &&
-        setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0) {
-        int err = errno, expected = 0;
-        /* Relaxed: as above. */
-        atomic_compare_exchange_strong_explicit(&pool->nice_error, &expected, err,
-                                                memory_order_relaxed, memory_order_relaxed);
-    }
+        setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0)
+        report_first_error(&pool->nice_error, errno);
     if (pool->requested_slice_ns) apply_slice(pool, tid);
     if (w->index == 0) {
         errno = 0;
         int nice = getpriority(PRIO_PROCESS, (id_t)tid);
-        /* Relaxed: as above. */
+        /* Relaxed: a report, ordered for its reader by `ready` (report_first_error). */
         atomic_store_explicit(&pool->effective_nice, nice, memory_order_relaxed);
         atomic_store_explicit(&pool->effective_policy, sched_getscheduler(0), memory_order_relaxed);
     }
@@ -304,12 +297,7 @@ static void apply_pinning(spindle_worker *w) {
         if (w->pin[k] >= 0 && w->pin[k] < 8192) CPU_SET_S((size_t)w->pin[k], size, set);
     int rc = pthread_setaffinity_np(pthread_self(), size, set);
     CPU_FREE(set);
-    if (rc) {
-        int expected = 0;
-        /* Relaxed: a report, read after create returns (ordered by `ready`). */
-        atomic_compare_exchange_strong_explicit(&w->pool->pin_error, &expected, rc,
-                                                memory_order_relaxed, memory_order_relaxed);
-    }
+    if (rc) report_first_error(&w->pool->pin_error, rc);
 }
 
 void *spindle_worker_main(void *arg) {
