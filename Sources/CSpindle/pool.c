@@ -76,8 +76,9 @@
  *      worker checks for quiescence: shutting down, no outside submitter in flight
  *      (step 3's count: a worker can get here before step 3 has finished; a refused
  *      submitter that was counted for a moment wakes the workers to check again),
- *      every worker parked outside any task (so none can spawn), and every queue empty. The first to see it sets
- *      `terminated` and wakes everyone; workers exit when they see `terminated`.
+ *      every worker parked outside any task (so none can spawn), and every queue
+ *      empty. The first to see it sets `terminated` and wakes everyone; workers exit
+ *      when they see `terminated`.
  *      Quiescence is stable: only running tasks or outside submitters create work, and
  *      there are none. Nothing is lost: each queued task was run or cancelled before
  *      the queues could read empty.

@@ -190,9 +190,9 @@ open class Operation: @unchecked Sendable {
     /// own (see there). The first block is immutable, so running it takes no lock and no
     /// copy: almost every BlockOperation has exactly this one block.
     ///
-    /// Set by BlockOperation's initialiser (after `super.init()`: a second designated
-    /// initialiser here would stop subclasses' implicit `super.init()` calls) and never
-    /// changed after, so reading it needs no lock.
+    /// Set by BlockOperation's convenience `init(block:)` (after `self.init()`: a second
+    /// designated initialiser, here or there, would stop subclasses' implicit
+    /// `super.init()` calls) and never changed after, so reading it needs no lock.
     @exclusivity(unchecked) final var blockBody: (@Sendable () -> Void)? = nil
     /// Blocks added with `addExecutionBlock(_:)`, in order: made by the first such call.
     /// Out of line, so that the usual one-block operation is small and its deinit has no
