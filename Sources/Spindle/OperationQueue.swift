@@ -746,39 +746,31 @@ final class ReadyRings {
         }
     }
 
-    /// Levels 0 (veryLow) ... 4 (veryHigh).
-    @exclusivity(unchecked) private var rings = (Ring(), Ring(), Ring(), Ring(), Ring())
+    /// How many priority levels there are: 0 (veryLow) ... 4 (veryHigh).
+    static let levels = 5
+    /// One ring per level, allocated with the object.
+    private let rings: UnsafeMutablePointer<Ring> = {
+        let p = UnsafeMutablePointer<Ring>.allocate(capacity: ReadyRings.levels)
+        p.initialize(repeating: Ring(), count: ReadyRings.levels)
+        return p
+    }()
 
-    var isEmpty: Bool {
-        rings.0.count == 0 && rings.1.count == 0 && rings.2.count == 0 && rings.3.count == 0 && rings.4.count == 0
-    }
+    var isEmpty: Bool { (0..<ReadyRings.levels).allSatisfy { rings[$0].count == 0 } }
 
-    func push(_ op: Operation, level: Int) {
-        switch level {
-        case 0: rings.0.push(op)
-        case 1: rings.1.push(op)
-        case 2: rings.2.push(op)
-        case 3: rings.3.push(op)
-        default: rings.4.push(op)
-        }
-    }
+    func push(_ op: Operation, level: Int) { rings[level].push(op) }
 
     /// The oldest operation of the highest non-empty level.
     func pop() -> Operation? {
-        if rings.4.count > 0 { return rings.4.pop() }
-        if rings.3.count > 0 { return rings.3.pop() }
-        if rings.2.count > 0 { return rings.2.pop() }
-        if rings.1.count > 0 { return rings.1.pop() }
-        if rings.0.count > 0 { return rings.0.pop() }
+        for level in (0..<ReadyRings.levels).reversed() where rings[level].count > 0 {
+            return rings[level].pop()
+        }
         return nil
     }
 
     deinit {
-        rings.0.releaseAll()
-        rings.1.releaseAll()
-        rings.2.releaseAll()
-        rings.3.releaseAll()
-        rings.4.releaseAll()
+        for level in 0..<ReadyRings.levels { rings[level].releaseAll() }
+        rings.deinitialize(count: ReadyRings.levels)
+        rings.deallocate()
     }
 }
 
