@@ -8,6 +8,7 @@
  *   worker.c    the worker loop: finding work, stealing, running, sleeping
  *   join.c      fork-join frames, latches, parallel-for
  *   pool.c      create, submit, destroy (the design essay and the shutdown protocol)
+ *   spawn.c     the thread that starts every worker, at the process's own priority
  *   topology.c  CPUs and NUMA nodes from sysfs, placement plans and steal tiers
  *   stats.c     counter snapshots and reports
  *   tsan.c      ThreadSanitizer annotations for locks TSan cannot see
@@ -238,6 +239,13 @@ void *spindle_worker_main(void *arg);
 /* Runs pool work on worker `w` until `*latch` is SET (latch may not be NULL here). */
 void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_run_task(spindle_worker *w, spindle_task *t);
+/* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
+void spindle_report_first_error(_Atomic int *slot, int err);
+
+/* spawn.c */
+/* Starts the pool's workers on the process's spawner thread, in worker order. Returns
+ * 0, or the first pthread_create error with *started threads running. */
+int spindle_spawn_workers(spindle_pool *pool, uint32_t *started);
 /* Local push from worker `w`, then wake a sleeper if the pool needs one. */
 void spindle_worker_push(spindle_worker *w, spindle_task *t);
 

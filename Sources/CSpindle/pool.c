@@ -37,6 +37,12 @@
  * that outranks its submitter would keep the CPU through those yields, so it does not
  * search there at all (park.c, G1).
  *
+ * Priority. Each worker sets its own nice and policy at start (worker.c). It is
+ * started not by the pool's creator but by the process's spawner thread (spawn.c),
+ * which runs at the process's own priority: a thread inherits its creator's, and one
+ * that has given priority up cannot take it back, so a pool created from inside a
+ * background worker would otherwise run at background priority.
+ *
  * Permanent pools (process-wide, never shut down) skip the submitters count that lets
  * a shutdown wait for racing submitters: two atomic RMWs fewer per outside submit.
  *
@@ -339,13 +345,14 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
             if (pool->workers[j]->npin == 1 && pool->workers[j]->pin[0] == w->pin[0]) alone = false;
         if (!alone) pool->pinned_per_cpu = false;
     }
-    for (uint32_t i = 0; i < n; i++) {
-        rc = pthread_create(&pool->workers[i]->thread, NULL, spindle_worker_main, pool->workers[i]);
-        if (rc) {
-            abort_create(pool, i);
-            free_pool(pool);
-            return rc;
-        }
+    /* Started by the process's spawner, not by this thread, so that they begin at the
+     * process's own policy and nice rather than ours (spawn.c). */
+    uint32_t started = 0;
+    rc = spindle_spawn_workers(pool, &started);
+    if (rc) {
+        abort_create(pool, started);
+        free_pool(pool);
+        return rc;
     }
     /* Wait until every worker has named itself and applied its nice, so that the nice
      * report is final when we return. Acquire pairs with the workers' release. */

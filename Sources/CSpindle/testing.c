@@ -1,13 +1,18 @@
 /*
  * testing.c — thin wrappers that let tests drive a deque and its overflow injector
- * directly (spindle_testing.h). They add no logic of their own.
+ * directly (spindle_testing.h), and harnesses for what Swift cannot do safely (fork).
+ * They add no logic to the engine.
  */
 #include "internal.h"
 #include "spindle_testing.h"
 
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 struct spindle_test_deque {
     spindle_deque deque;
@@ -77,4 +82,43 @@ void spindle_test_worker_memory(const spindle_pool *pool, uint32_t w, const void
     *state_bytes = worker ? sizeof *worker : 0;
     *ring = worker ? (const void *)worker->deque.buf : NULL;
     *ring_bytes = worker ? (size_t)(worker->deque.mask + 1) * sizeof worker->deque.buf[0] : 0;
+}
+
+static void count_in_child(void *ctx, spindle_run_reason reason) {
+    (void)reason;
+    /* Relaxed: read after spindle_pool_destroy joined the workers. */
+    atomic_fetch_add_explicit((_Atomic int *)ctx, 1, memory_order_relaxed);
+}
+
+int spindle_test_pool_in_forked_child(uint32_t timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid == 0) {
+        /* Only this thread exists here; everything it calls is the engine's C. */
+        static _Atomic int ran;
+        spindle_config cfg;
+        spindle_config_init(&cfg);
+        cfg.workers = 2;
+        cfg.pinning = SPINDLE_PIN_NONE;
+        spindle_pool *pool;
+        if (spindle_pool_create(&cfg, &pool) != 0) _exit(3);
+        for (int i = 0; i < 100; i++)
+            if (spindle_submit(pool, count_in_child, (void *)&ran) != 0) _exit(4);
+        if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) _exit(5);
+        _exit(atomic_load_explicit(&ran, memory_order_relaxed) == 100 ? 0 : 6);
+    }
+    int status = 0;
+    for (uint32_t waited = 0;; waited++) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) return -errno;
+        if (waited >= timeout_ms) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+            return 2;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

@@ -224,9 +224,10 @@ static void set_thread_name(spindle_worker *w) {
 }
 
 /* Records `err` as the pool's report in `slot` unless an earlier failure (of another
- * worker) already did: the first error wins. Relaxed: a report, read after create
- * returns — create waits for `ready`, whose release/acquire orders this before it. */
-static void report_first_error(_Atomic int *slot, int err) {
+ * worker, or the spawner's, spawn.c) already did: the first error wins. Relaxed: a
+ * report, read after create returns — create waits for `ready`, whose release/acquire
+ * orders the workers' reports before it, and makes the spawner's report itself. */
+void spindle_report_first_error(_Atomic int *slot, int err) {
     int expected = 0;
     atomic_compare_exchange_strong_explicit(slot, &expected, err, memory_order_relaxed,
                                             memory_order_relaxed);
@@ -257,7 +258,7 @@ static void apply_slice(spindle_pool *pool, pid_t tid) {
     attr.sched_policy = (uint32_t)sched_getscheduler(0);
     attr.sched_nice = getpriority(PRIO_PROCESS, (id_t)tid);
     attr.sched_runtime = pool->requested_slice_ns;
-    if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) report_first_error(&pool->slice_error, errno);
+    if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) spindle_report_first_error(&pool->slice_error, errno);
 }
 
 /* Applies the pool's scheduling policy and nice value to the calling worker thread and
@@ -270,16 +271,16 @@ static void apply_priority(spindle_worker *w) {
         struct sched_param param = {.sched_priority = 0};
         int policy = pool->requested_policy == SPINDLE_POLICY_IDLE ? SCHED_IDLE : SCHED_BATCH;
         int rc = pthread_setschedparam(pthread_self(), policy, &param);
-        if (rc) report_first_error(&pool->policy_error, rc);
+        if (rc) spindle_report_first_error(&pool->policy_error, rc);
     }
     if (pool->requested_nice != SPINDLE_NICE_INHERIT &&
         setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0)
-        report_first_error(&pool->nice_error, errno);
+        spindle_report_first_error(&pool->nice_error, errno);
     if (pool->requested_slice_ns) apply_slice(pool, tid);
     if (w->index == 0) {
         errno = 0;
         int nice = getpriority(PRIO_PROCESS, (id_t)tid);
-        /* Relaxed: a report, ordered for its reader by `ready` (report_first_error). */
+        /* Relaxed: a report, ordered for its reader by `ready` (spindle_report_first_error). */
         atomic_store_explicit(&pool->effective_nice, nice, memory_order_relaxed);
         atomic_store_explicit(&pool->effective_policy, sched_getscheduler(0), memory_order_relaxed);
     }
@@ -297,7 +298,7 @@ static void apply_pinning(spindle_worker *w) {
         if (w->pin[k] >= 0 && w->pin[k] < 8192) CPU_SET_S((size_t)w->pin[k], size, set);
     int rc = pthread_setaffinity_np(pthread_self(), size, set);
     CPU_FREE(set);
-    if (rc) report_first_error(&w->pool->pin_error, rc);
+    if (rc) spindle_report_first_error(&w->pool->pin_error, rc);
 }
 
 void *spindle_worker_main(void *arg) {

@@ -76,7 +76,9 @@ public final class ThreadPool: @unchecked Sendable {
 
     /// The Linux scheduling policy a pool's workers run under.
     public enum SchedulingPolicy: Int32, Sendable {
-        /// SCHED_OTHER: the ordinary time-sharing policy.
+        /// The process's own policy (its main thread's): SCHED_OTHER, the ordinary
+        /// time-sharing policy, unless the process was started under another
+        /// (`chrt -b`, say). Never the policy of the thread that creates the pool.
         case normal = 0
         /// SCHED_BATCH: for throughput work; does not preempt others on wake-up.
         case batch = 1
@@ -98,9 +100,11 @@ public final class ThreadPool: @unchecked Sendable {
         /// running on that thread's CPU, looks once and sleeps: its spin would only keep
         /// that thread off the CPU.
         public var spin: Duration = .microseconds(50)
-        /// Nice value the workers run at (Linux, per thread); nil keeps the nice of the
-        /// thread that creates the pool. Negative values need privilege; when refused,
-        /// workers stay at their inherited nice and ``niceError`` says why.
+        /// Nice value the workers run at (Linux, per thread); nil keeps the process's
+        /// (its main thread's, which `nice` and `renice -p` set) — never that of the
+        /// thread that creates the pool, which may be another pool's demoted worker.
+        /// Negative values need privilege; when refused, workers stay at the process's
+        /// nice and ``niceError`` says why.
         public var nice: Int32? = nil
         /// Linux scheduling policy of the workers (see ``SchedulingPolicy``).
         public var policy: SchedulingPolicy = .normal

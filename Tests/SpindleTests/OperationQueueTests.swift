@@ -44,6 +44,12 @@ func threadStatField(_ n: Int) -> Int {
 /// The calling thread's nice value (field 19) and scheduling policy (field 41).
 func currentThreadNice() -> Int { threadStatField(19) }
 func currentThreadPolicy() -> Int { threadStatField(41) }
+/// The calling thread's CPU mask as the kernel lists it ("0-1", "0").
+func currentThreadAllowedCPUs() -> String {
+    let status = (try? String(contentsOfFile: "/proc/thread-self/status", encoding: .utf8)) ?? ""
+    let line = status.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list:") } ?? ""
+    return line.dropFirst("Cpus_allowed_list:".count).trimmingCharacters(in: .whitespaces)
+}
 
 final class OperationQueueTests: XCTestCase {
     // MARK: lifecycle

@@ -71,6 +71,52 @@ final class QoSTests: XCTestCase {
         XCTAssertEqual(line(.background), "QOS \(QualityOfService.background.rawValue) seen=10 effective=10 error=0", text)
     }
 
+    /// Class pools are created on first use, often from inside other classes' work. The
+    /// userInteractive and default pools first used by a background operation (SCHED_IDLE,
+    /// nice +10) must still run at their own class: their workers start from the
+    /// process's priority, not their creator's (spawn.c). Before that, they ran under
+    /// SCHED_IDLE, and unprivileged at +10 too. A child process, so that the class pools
+    /// are new; run as root and as nobody.
+    func testClassPoolsFirstUsedFromBackgroundWorkRunAtTheirOwnClass() throws {
+        if ProcessInfo.processInfo.environment["SPINDLE_QOS_CREATOR_PROBE"] != nil {
+            let lines = Mutex<[String]>([])
+            _ = try observe(.background) {
+                lines.locked { $0.append("creator policy=\(currentThreadPolicy()) nice=\(currentThreadNice())") }
+                for qos in [QualityOfService.userInteractive, .default, .utility] {
+                    let pool = ThreadPool.forQualityOfService(qos) // created here
+                    let seen = DispatchSemaphore(value: 0)
+                    try? pool.submit {
+                        let line = "QOS \(qos.rawValue) policy=\(currentThreadPolicy()) nice=\(currentThreadNice()) error=\(pool.niceError ?? 0)"
+                        lines.locked { $0.append(line) }
+                        seen.signal()
+                    }
+                    _ = seen.wait(timeout: .now() + 10)
+                }
+                return 0
+            }
+            for l in lines.locked({ $0 }) { print(l) }
+            return
+        }
+        guard getuid() == 0 else { throw XCTSkip("needs root to run the probe as root and as nobody") }
+        let me = CommandLine.arguments[0], test = "SpindleTests.QoSTests/testClassPoolsFirstUsedFromBackgroundWorkRunAtTheirOwnClass"
+        let env = ["SPINDLE_QOS_CREATOR_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"]
+        var runs = [("root", try runChild(me, [test], environment: env))]
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") {
+            runs.append(("nobody", try runChild("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", me, test], environment: env)))
+        }
+        for (who, (status, text)) in runs {
+            XCTAssertEqual(status, 0, text)
+            let got = text.split(separator: "\n").filter { $0.hasPrefix("creator ") || $0.hasPrefix("QOS ") }.map(String.init)
+            let ui = who == "root" ? "nice=-4 error=0" : "nice=0 error=\(EACCES)"
+            XCTAssertEqual(got, [
+                "creator policy=5 nice=10",
+                "QOS \(QualityOfService.userInteractive.rawValue) policy=0 \(ui)",
+                "QOS \(QualityOfService.default.rawValue) policy=0 nice=0 error=0",
+                "QOS \(QualityOfService.utility.rawValue) policy=3 nice=2 error=0",
+            ], "as \(who): \(text)")
+        }
+    }
+
     /// With the background workers saturated by queued work, userInteractive work still
     /// starts first: it has workers of its own, and the background ones run under
     /// SCHED_IDLE, so the kernel hands them the CPU only when nobody else wants it.

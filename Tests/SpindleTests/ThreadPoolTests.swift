@@ -521,6 +521,89 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertThrowsError(try ThreadPool(configuration: c))
     }
 
+    /// A thread starts with its creator's policy and nice, and an unprivileged one can
+    /// never lower its nice or leave SCHED_IDLE. Workers are started by the process's
+    /// spawner (spawn.c), so a pool created from inside SCHED_IDLE, nice +10 work starts
+    /// at the process's own priority and moves only to what it asks for.
+    func testAPoolCreatedInsideDemotedWorkStartsAtTheProcesssPriority() throws {
+        let processPolicy = Int(sched_getscheduler(getpid()))
+        let processNice = Int(getpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(getpid())))
+        var low = ThreadPool.Configuration(workers: 1)
+        low.policy = .idle
+        low.nice = 10
+        let demoted = try ThreadPool(configuration: low)
+        let seen = Mutex<[String: [Int]]>([:])
+        let done = DispatchSemaphore(value: 0)
+        try demoted.submit {
+            seen.locked { $0["creator"] = [currentThreadPolicy(), currentThreadNice()] }
+            func observe(_ name: String, _ configure: (inout ThreadPool.Configuration) -> Void) {
+                var c = ThreadPool.Configuration(workers: 1)
+                configure(&c)
+                guard let pool = try? ThreadPool(configuration: c) else { return }
+                let ran = DispatchSemaphore(value: 0)
+                try? pool.submit {
+                    let v = [currentThreadPolicy(), currentThreadNice()]
+                    seen.locked { $0[name] = v }
+                    ran.signal()
+                }
+                _ = ran.wait(timeout: .now() + 10)
+                seen.locked {
+                    $0[name + ".reported"] = [Int(pool.effectivePolicy), Int(pool.effectiveNice),
+                                              Int(pool.policyError ?? 0), Int(pool.niceError ?? 0)]
+                }
+            }
+            observe("default") { _ in }
+            observe("batch+2") { $0.policy = .batch; $0.nice = 2 }
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        let s = seen.locked { $0 }
+        XCTAssertEqual(s["creator"], [5, 10], "the creating worker runs under SCHED_IDLE at +10")
+        XCTAssertEqual(s["default"], [processPolicy, processNice], "inherited the creator's priority")
+        XCTAssertEqual(s["default.reported"], [processPolicy, processNice, 0, 0])
+        XCTAssertEqual(s["batch+2"], [3, 2])
+        XCTAssertEqual(s["batch+2.reported"], [3, 2, 0, 0])
+    }
+
+    /// Unpinned workers still take their creator's CPU mask, as threads it started would.
+    func testUnpinnedWorkersKeepTheirCreatorsCPUMask() throws {
+        // The spawner, started from an unrestricted thread, must pass the mask on.
+        _ = try ThreadPool(configuration: .init(workers: 1))
+        let masks = Mutex<[String: String]>([:])
+        let done = DispatchSemaphore(value: 0)
+        let t = Thread {
+            defer { done.signal() }
+            guard spindle_test_pin_self(0) == 0 else { return }
+            masks.locked { $0["creator"] = currentThreadAllowedCPUs() }
+            var c = ThreadPool.Configuration(workers: 1)
+            c.pinning = .none
+            guard let pool = try? ThreadPool(configuration: c) else { return }
+            let ran = DispatchSemaphore(value: 0)
+            try? pool.submit {
+                let mine = currentThreadAllowedCPUs()
+                masks.locked { $0["worker"] = mine }
+                ran.signal()
+            }
+            _ = ran.wait(timeout: .now() + 10)
+        }
+        t.start()
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        let m = masks.locked { $0 }
+        XCTAssertEqual(m["creator"], "0")
+        XCTAssertEqual(m["worker"], "0", "an unpinned worker's CPU mask")
+    }
+
+    /// fork() copies only the calling thread: the child has no spawner, and must start
+    /// one when it creates a pool (spawn.c's atfork handler). Without that, the child's
+    /// pool creation waits forever.
+    func testAPoolCreatedInAForkedChildStartsItsWorkers() throws {
+        // ThreadSanitizer kills a child that starts threads after a multi-threaded fork
+        // (die_after_fork).
+        if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
+        _ = try ThreadPool(configuration: .init(workers: 1)) // the parent's spawner exists
+        XCTAssertEqual(spindle_test_pool_in_forked_child(10_000), 0)
+    }
+
     func testRefusedNegativeNiceFallsBackAndIsReported() throws {
         var c = ThreadPool.Configuration(workers: 1)
         c.nice = 5

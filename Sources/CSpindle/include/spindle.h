@@ -79,17 +79,21 @@ typedef struct spindle_config {
      *  nanoseconds; 0 means the default (SPINDLE_DEFAULT_SPIN_NS). */
     uint32_t spin_ns;
     /** Nice value each worker applies to itself at start, or SPINDLE_NICE_INHERIT (the
-     *  default) to keep the creating thread's — threads inherit nice at creation, so a
-     *  pool created from a re-niced thread would otherwise silently run at its nice.
-     *  A refused value (EACCES for a negative nice without privilege) leaves the worker
-     *  at its inherited nice and is reported by spindle_pool_nice_error. */
+     *  default) to keep the process's: the main thread's, which `nice` and `renice -p`
+     *  set. Never the creating thread's: workers are started by the process's spawner
+     *  thread (spawn.c), so a pool created from inside re-niced work does not silently
+     *  run at that work's nice. A refused value (EACCES for a negative nice without
+     *  privilege) leaves the worker at the process's nice and is reported by
+     *  spindle_pool_nice_error. */
     int32_t nice;
-    /** Linux scheduling policy of the workers: SPINDLE_POLICY_NORMAL (SCHED_OTHER,
-     *  the default), SPINDLE_POLICY_BATCH (SCHED_BATCH: throughput work, no wake-up
-     *  preemption of others) or SPINDLE_POLICY_IDLE (SCHED_IDLE: runs only when nothing
-     *  else wants the CPU, and is preempted at once when something does; still gets a
-     *  small share, so it is never starved forever). Any thread may switch to these
-     *  without privilege. */
+    /** Linux scheduling policy of the workers: SPINDLE_POLICY_NORMAL (the default: the
+     *  process's own, i.e. the main thread's — SCHED_OTHER unless the process was
+     *  started under another, as by `chrt -b`; never the creating thread's),
+     *  SPINDLE_POLICY_BATCH (SCHED_BATCH: throughput work, no wake-up preemption of
+     *  others) or SPINDLE_POLICY_IDLE (SCHED_IDLE: runs only when nothing else wants the
+     *  CPU, and is preempted at once when something does; still gets a small share, so
+     *  it is never starved forever). A worker starts at the process's policy and may
+     *  switch to these without privilege. */
     int32_t policy;
     /** Where workers go. NULL: a plan made at creation from the machine's topology
      *  (SPINDLE_SYSFS_ROOT or /sys, and the process affinity) with `pinning`, for

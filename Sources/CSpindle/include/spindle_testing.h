@@ -39,6 +39,12 @@ uint32_t spindle_test_backlog_wake(void);
 void spindle_test_worker_memory(const spindle_pool *pool, uint32_t w, const void **state,
                                 size_t *state_bytes, const void **ring, size_t *ring_bytes);
 
+/** Forks; the child creates a two-worker pool, runs 100 tasks on it, destroys it and
+ *  exits. Returns the child's exit status (0: all ran), 2 if it did not finish within
+ *  `timeout_ms` (it is then killed: a pool whose workers never start), 128 + signal if
+ *  it died, or -errno if fork failed. For spawn.c's fork handling. */
+int spindle_test_pool_in_forked_child(uint32_t timeout_ms);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */

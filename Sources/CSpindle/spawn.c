@@ -1,0 +1,208 @@
+/*
+ * spawn.c — the one thread that starts every worker.
+ *
+ * The problem. A Linux thread starts with its creator's scheduling policy and nice
+ * value, and an unprivileged thread can never get back what it gave up: a nice value
+ * once raised cannot be lowered (RLIMIT_NICE is 0 by default), and a SCHED_IDLE thread
+ * cannot leave SCHED_IDLE (sched(7): since 2.6.39 only within RLIMIT_NICE). Pools are
+ * created lazily, often from inside other pools' work: the userInteractive class's
+ * pool is created by the first userInteractive operation, which a background operation
+ * may add. If the creating thread started the workers, they would begin at
+ * SCHED_IDLE and nice +10; a pool asking for nice -4 is refused without privilege
+ * (EACCES) and its workers would then stay there, interactive work running at the
+ * lowest priority the kernel has. Even a privileged process got the policy wrong: a
+ * SCHED_OTHER pool never set its policy, so its workers kept the creator's SCHED_BATCH
+ * or SCHED_IDLE (found by a test that created the default class's pool from a utility
+ * worker).
+ *
+ * The fix. No pool starts its own workers. One thread per process, the spawner, starts
+ * them all. The first spindle_pool_create starts the spawner (no worker exists before
+ * the first pool, so its creator is never a Spindle worker); the spawner then adopts
+ * the process's own policy and nice — the main thread's, which is what `nice`,
+ * `renice -p` and `chrt` set — and sleeps until asked for threads. Every worker is its
+ * child, so it begins at the process's baseline whoever created its pool, and then
+ * moves to its pool's nice and policy (worker.c, apply_priority). A worker thus only
+ * ever moves away from the baseline, which needs privilege exactly when the pool asks
+ * for a negative nice — the one refusal the pool already reports.
+ *
+ * The CPU affinity is different: it is not one-way (a thread may widen its own mask up
+ * to its cpuset), and the placement plan is made from the creator's mask. So each
+ * request carries its creator's mask and the spawner starts the threads with it, as
+ * pthread_create from the creator would have.
+ *
+ * Rejected:
+ *   - Each worker resetting itself to the baseline. Lowering nice or leaving SCHED_IDLE
+ *     is exactly what an unprivileged thread may not do.
+ *   - pthread attributes with PTHREAD_EXPLICIT_SCHED: glibc applies the policy with the
+ *     same sched_setscheduler the kernel refuses, and nice is not a pthread attribute.
+ *   - Starting the spawner only when a creator is demoted: it would then be the child
+ *     of that demoted thread.
+ *   - Creating every class's pool up front: the QoS issue asks for lazy classes, and
+ *     pools a user creates from inside work would still inherit.
+ *
+ * Cost: one thread per process, asleep on a condition variable (with a 256 KiB stack,
+ * of which it touches a few pages), and one hand-off per pool creation, small beside
+ * starting the workers themselves.
+ *
+ * fork(): the child has no spawner (fork copies only the calling thread), and the lock
+ * may have been held by a thread that does not exist there. The child handler resets
+ * both, so a pool created in the child starts a new spawner. Pools created before the
+ * fork have no workers in the child, as with any thread pool.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+typedef struct spawn_request {
+    spindle_pool *pool;
+    cpu_set_t *affinity; /* the creator's mask, or NULL if it could not be read */
+    size_t affinity_size;
+    uint32_t started;    /* written by the spawner: threads started, in worker order */
+    int rc;              /* written by the spawner: the first pthread_create error */
+    bool done;
+    struct spawn_request *next;
+} spawn_request;
+
+/* All state below is guarded by `lock`; none of it is on a hot path. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;     /* a request is queued */
+static pthread_cond_t answered = PTHREAD_COND_INITIALIZER; /* a request is done */
+static bool running;
+static bool atfork_registered;
+static spawn_request *pending;
+static int baseline_nice_error, baseline_policy_error;
+
+static void reset_in_child(void) {
+    pthread_mutex_init(&lock, NULL);
+    pthread_cond_init(&wake, NULL);
+    pthread_cond_init(&answered, NULL);
+    running = false;
+    pending = NULL;
+}
+
+/* Takes the main thread's policy and nice (tid == pid). Errors are kept for the pools
+ * that inherit them (spindle_spawn_workers). A main thread that cannot be read (it has
+ * exited) leaves the spawner with its creator's. */
+static void adopt_process_baseline(void) {
+    pid_t main_tid = getpid();
+    int policy = sched_getscheduler(main_tid);
+    struct sched_param param;
+    if (policy >= 0 && sched_getparam(main_tid, &param) == 0) {
+        int mine_policy;
+        struct sched_param mine;
+        if (pthread_getschedparam(pthread_self(), &mine_policy, &mine) == 0 &&
+            (mine_policy != policy || mine.sched_priority != param.sched_priority)) {
+            int rc = pthread_setschedparam(pthread_self(), policy, &param);
+            if (rc) baseline_policy_error = rc;
+        }
+    }
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, (id_t)main_tid);
+    if (errno == 0) {
+        errno = 0;
+        int mine = getpriority(PRIO_PROCESS, 0);
+        /* PRIO_PROCESS with 0 is the calling thread on Linux. */
+        if (errno == 0 && mine != nice && setpriority(PRIO_PROCESS, 0, nice) != 0)
+            baseline_nice_error = errno;
+    }
+}
+
+static void *spawner_main(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "spindle-spawn");
+    pthread_mutex_lock(&lock);
+    adopt_process_baseline();
+    for (;;) {
+        while (!pending) pthread_cond_wait(&wake, &lock);
+        spawn_request *r = pending;
+        pending = r->next;
+        /* Unlocked while starting threads: other creators may queue meanwhile. */
+        pthread_mutex_unlock(&lock);
+        pthread_attr_t attr;
+        int rc = pthread_attr_init(&attr);
+        if (rc == 0 && r->affinity) {
+            /* A refused mask (a cpuset that shrank since the creator read it) is not
+             * worth failing the pool for: start with ours, the workers pin themselves. */
+            if (pthread_attr_setaffinity_np(&attr, r->affinity_size, r->affinity) != 0) {
+                pthread_attr_destroy(&attr);
+                rc = pthread_attr_init(&attr);
+            }
+        }
+        uint32_t started = 0;
+        if (rc == 0) {
+            for (; started < r->pool->nworkers; started++) {
+                spindle_worker *w = r->pool->workers[started];
+                rc = pthread_create(&w->thread, &attr, spindle_worker_main, w);
+                if (rc == EINVAL && r->affinity) {
+                    /* glibc checks the mask against the kernel's at start: retry without. */
+                    pthread_attr_destroy(&attr);
+                    pthread_attr_init(&attr);
+                    rc = pthread_create(&w->thread, &attr, spindle_worker_main, w);
+                }
+                if (rc) break;
+            }
+            pthread_attr_destroy(&attr);
+        }
+        pthread_mutex_lock(&lock);
+        r->started = started;
+        r->rc = rc;
+        r->done = true;
+        pthread_cond_broadcast(&answered);
+    }
+    return NULL;
+}
+
+/* Called with `lock` held. */
+static int start_spawner_locked(void) {
+    if (running) return 0;
+    if (!atfork_registered) {
+        int rc = pthread_atfork(NULL, NULL, reset_in_child);
+        if (rc) return rc;
+        atfork_registered = true;
+    }
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc) return rc;
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    rc = pthread_create(&t, &attr, spawner_main, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc) return rc;
+    running = true;
+    return 0;
+}
+
+int spindle_spawn_workers(spindle_pool *pool, uint32_t *started) {
+    spawn_request r = {.pool = pool};
+    cpu_set_t *mask = CPU_ALLOC(8192);
+    if (mask) {
+        r.affinity_size = CPU_ALLOC_SIZE(8192);
+        if (pthread_getaffinity_np(pthread_self(), r.affinity_size, mask) == 0)
+            r.affinity = mask;
+    }
+    pthread_mutex_lock(&lock);
+    int rc = start_spawner_locked();
+    if (rc == 0) {
+        spawn_request **tail = &pending;
+        while (*tail) tail = &(*tail)->next;
+        *tail = &r;
+        pthread_cond_signal(&wake);
+        while (!r.done) pthread_cond_wait(&answered, &lock);
+        rc = r.rc;
+        /* A pool that inherits the baseline inherits the spawner's failure to reach it. */
+        if (pool->requested_nice == SPINDLE_NICE_INHERIT && baseline_nice_error)
+            spindle_report_first_error(&pool->nice_error, baseline_nice_error);
+        if (pool->requested_policy == SPINDLE_POLICY_NORMAL && baseline_policy_error)
+            spindle_report_first_error(&pool->policy_error, baseline_policy_error);
+    }
+    pthread_mutex_unlock(&lock);
+    if (mask) CPU_FREE(mask);
+    *started = r.started;
+    return rc;
+}
