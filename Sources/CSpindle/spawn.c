@@ -93,6 +93,8 @@ static void adopt_process_baseline(void) {
     int policy = sched_getscheduler(main_tid);
     struct sched_param param;
     if (policy >= 0 && sched_getparam(main_tid, &param) == 0) {
+        /* The main thread's reset-on-fork flag is its own business, not a policy. */
+        policy &= ~SCHED_RESET_ON_FORK;
         int mine_policy;
         struct sched_param mine;
         if (pthread_getschedparam(pthread_self(), &mine_policy, &mine) == 0 &&
