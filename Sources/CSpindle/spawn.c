@@ -53,8 +53,6 @@
 
 #include <errno.h>
 #include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -83,6 +81,7 @@ static void reset_in_child(void) {
     pthread_cond_init(&answered, NULL);
     running = false;
     pending = NULL;
+    baseline_nice_error = baseline_policy_error = 0; /* the next spawner tries afresh */
 }
 
 /* Takes the main thread's policy and nice (tid == pid). Errors are kept for the pools
