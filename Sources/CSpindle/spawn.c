@@ -25,10 +25,16 @@
  * ever moves away from the baseline, which needs privilege exactly when the pool asks
  * for a negative nice — the one refusal the pool already reports.
  *
- * The CPU affinity is different: it is not one-way (a thread may widen its own mask up
- * to its cpuset), and the placement plan is made from the creator's mask. So each
- * request carries its creator's mask and the spawner starts the threads with it, as
- * pthread_create from the creator would have.
+ * What is not one-way a worker still takes from its pool's creator, as a thread the
+ * creator started would: its CPU mask (the placement plan is made from it) and its
+ * signal mask (a service that blocks SIGTERM in every thread but one that sigwait()s
+ * for it must not find it delivered to a worker). Each request carries both. The
+ * spawner itself blocks every signal, for the same reason; it takes the requester's
+ * signal mask only while it starts that requester's threads, so what it could receive
+ * then is what the requester could.
+ *
+ * The baseline is read once, when the spawner starts: re-nicing the main thread later
+ * does not move pools created afterwards (it does not move the existing workers either).
  *
  * Rejected:
  *   - Each worker resetting itself to the baseline. Lowering nice or leaving SCHED_IDLE
@@ -53,6 +59,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -60,6 +67,7 @@ typedef struct spawn_request {
     spindle_pool *pool;
     cpu_set_t *affinity; /* the creator's mask, or NULL if it could not be read */
     size_t affinity_size;
+    sigset_t sigmask;    /* the creator's blocked signals */
     uint32_t started;    /* written by the spawner: threads started, in worker order */
     int rc;              /* written by the spawner: the first pthread_create error */
     bool done;
@@ -136,6 +144,10 @@ static void *spawner_main(void *arg) {
         }
         uint32_t started = 0;
         if (rc == 0) {
+            /* New threads start with their creator's signal mask. */
+            sigset_t all;
+            sigfillset(&all);
+            pthread_sigmask(SIG_SETMASK, &r->sigmask, NULL);
             for (; started < r->pool->nworkers; started++) {
                 spindle_worker *w = r->pool->workers[started];
                 rc = pthread_create(&w->thread, &attr, spindle_worker_main, w);
@@ -147,6 +159,7 @@ static void *spawner_main(void *arg) {
                 }
                 if (rc) break;
             }
+            pthread_sigmask(SIG_SETMASK, &all, NULL);
             pthread_attr_destroy(&attr);
         }
         pthread_mutex_lock(&lock);
@@ -171,8 +184,14 @@ static int start_spawner_locked(void) {
     if (rc) return rc;
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* The spawner starts with every signal blocked: block them here around its
+     * creation (a thread inherits the mask), then restore ours. */
+    sigset_t all, mine;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &mine);
     pthread_t t;
     rc = pthread_create(&t, &attr, spawner_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &mine, NULL);
     pthread_attr_destroy(&attr);
     if (rc) return rc;
     running = true;
@@ -181,6 +200,7 @@ static int start_spawner_locked(void) {
 
 int spindle_spawn_workers(spindle_pool *pool, uint32_t *started) {
     spawn_request r = {.pool = pool};
+    pthread_sigmask(SIG_SETMASK, NULL, &r.sigmask);
     cpu_set_t *mask = CPU_ALLOC(8192);
     if (mask) {
         r.affinity_size = CPU_ALLOC_SIZE(8192);

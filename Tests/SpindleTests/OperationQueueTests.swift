@@ -44,12 +44,16 @@ func threadStatField(_ n: Int) -> Int {
 /// The calling thread's nice value (field 19) and scheduling policy (field 41).
 func currentThreadNice() -> Int { threadStatField(19) }
 func currentThreadPolicy() -> Int { threadStatField(41) }
-/// The calling thread's CPU mask as the kernel lists it ("0-1", "0").
-func currentThreadAllowedCPUs() -> String {
-    let status = (try? String(contentsOfFile: "/proc/thread-self/status", encoding: .utf8)) ?? ""
-    let line = status.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list:") } ?? ""
-    return line.dropFirst("Cpus_allowed_list:".count).trimmingCharacters(in: .whitespaces)
+/// A field of a thread's /proc status file ("" if absent).
+func threadStatus(_ field: String, of status: String = "/proc/thread-self/status") -> String {
+    let text = (try? String(contentsOfFile: status, encoding: .utf8)) ?? ""
+    let line = text.split(separator: "\n").first { $0.hasPrefix(field + ":") } ?? ""
+    return line.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces)
 }
+/// The calling thread's CPU mask as the kernel lists it ("0-1", "0").
+func currentThreadAllowedCPUs() -> String { threadStatus("Cpus_allowed_list") }
+/// The calling thread's blocked signals, as the kernel prints them (hex, bit n-1 for signal n).
+func currentThreadBlockedSignals() -> UInt64 { UInt64(threadStatus("SigBlk"), radix: 16) ?? 0 }
 
 final class OperationQueueTests: XCTestCase {
     // MARK: lifecycle

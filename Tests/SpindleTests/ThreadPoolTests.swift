@@ -593,6 +593,50 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(m["worker"], "0", "an unpinned worker's CPU mask")
     }
 
+    /// Workers take their creator's signal mask, as threads it started would: a service
+    /// that blocks SIGTERM everywhere but in a sigwait() thread must not have it
+    /// delivered to a worker. And the spawner itself blocks every signal.
+    func testWorkersTakeTheirCreatorsSignalMaskAndTheSpawnerBlocksEverySignal() throws {
+        _ = try ThreadPool(configuration: .init(workers: 1)) // the spawner exists
+        let usr2: UInt64 = 1 << (UInt64(SIGUSR2) - 1)
+        let masks = Mutex<[String: UInt64]>([:])
+        let done = DispatchSemaphore(value: 0)
+        let t = Thread {
+            defer { done.signal() }
+            var set = sigset_t()
+            sigemptyset(&set)
+            sigaddset(&set, SIGUSR2)
+            pthread_sigmask(SIG_BLOCK, &set, nil)
+            masks.locked { $0["creator"] = currentThreadBlockedSignals() }
+            guard let pool = try? ThreadPool(configuration: .init(workers: 1)) else { return }
+            let ran = DispatchSemaphore(value: 0)
+            try? pool.submit {
+                let mine = currentThreadBlockedSignals()
+                masks.locked { $0["worker"] = mine }
+                ran.signal()
+            }
+            _ = ran.wait(timeout: .now() + 10)
+        }
+        t.start()
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        let m = masks.locked { $0 }
+        XCTAssertEqual(m["creator"].map { $0 & usr2 }, usr2)
+        XCTAssertEqual(m["worker"], m["creator"], "a worker's blocked signals")
+        // The spawner: the one thread of this process named spindle-spawn.
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
+        let spawner = tasks.filter {
+            (try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) == "spindle-spawn"
+        }
+        XCTAssertEqual(spawner.count, 1, "one spawner thread")
+        if let tid = spawner.first {
+            let blocked = UInt64(threadStatus("SigBlk", of: "/proc/self/task/\(tid)/status"), radix: 16) ?? 0
+            for sig in [SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGCHLD, SIGPIPE] {
+                XCTAssertNotEqual(blocked & (1 << (UInt64(sig) - 1)), 0, "the spawner does not block signal \(sig)")
+            }
+        }
+    }
+
     /// fork() copies only the calling thread: the child has no spawner, and must start
     /// one when it creates a pool (spawn.c's atfork handler). Without that, the child's
     /// pool creation waits forever.
