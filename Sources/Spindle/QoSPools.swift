@@ -1,4 +1,5 @@
 import CSpindle
+import Foundation
 import Synchronization
 
 /// One worker set per quality-of-service class, created on first use.
@@ -41,8 +42,11 @@ import Synchronization
 /// threads). Both need no privilege.
 ///
 /// A process without CAP_SYS_NICE (or RLIMIT_NICE headroom) is refused negative nice
-/// values with EACCES; those classes then run at the inherited nice, and the refusal
-/// is reported by ``ThreadPool/niceError`` of the class's pool.
+/// values with EACCES; those classes then run at the process's nice, and the refusal
+/// is reported by ``ThreadPool/niceError`` of the class's pool, and once per process on
+/// stderr (the first class refused; the others are refused for the same reason), as the
+/// topology fallback is: a service that expected interactive work to outrank the rest
+/// learns at start-up that it does not, without having to ask.
 enum QoSPools {
     static func nice(for qos: QualityOfService) -> Int32 {
         switch qos {
@@ -65,6 +69,18 @@ enum QoSPools {
     }
 
     private static let pools = Mutex<[Int: ThreadPool]>([:])
+    /// Whether a refused nice has been reported (`pools`' lock orders the check).
+    nonisolated(unsafe) private static var reportedRefusal = false
+
+    /// Called under `pools`' lock.
+    private static func reportRefusedNice(_ qos: QualityOfService, _ error: Int32) {
+        guard !reportedRefusal else { return }
+        reportedRefusal = true
+        let what = error == EACCES ? "EACCES: negative nice needs CAP_SYS_NICE or RLIMIT_NICE" : "errno \(error)"
+        let line = "spindle: nice \(nice(for: qos)) for \(name(for: qos)) workers (\(qos)) was refused (\(what)); "
+            + "classes with a negative nice run at the process's nice\n"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
 
     /// The already-created class pool whose engine is `raw`, if any (creates nothing).
     static func existing(_ raw: OpaquePointer) -> ThreadPool? {
@@ -114,6 +130,7 @@ enum QoSPools {
                 fatalError("Spindle could not start the worker set for \(qos): \(error)")
             }
             p[key] = made
+            if let error = made.niceError { reportRefusedNice(qos, error) }
             return made
         }
     }

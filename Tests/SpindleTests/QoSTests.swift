@@ -69,6 +69,10 @@ final class QoSTests: XCTestCase {
         // Raising nice needs no privilege.
         XCTAssertEqual(line(.utility), "QOS \(QualityOfService.utility.rawValue) seen=2 effective=2 error=0", text)
         XCTAssertEqual(line(.background), "QOS \(QualityOfService.background.rawValue) seen=10 effective=10 error=0", text)
+        // Said once, on stderr, for the first class refused.
+        let said = text.split(separator: "\n").filter { $0.contains("was refused") }
+        XCTAssertEqual(said.count, 1, text)
+        XCTAssertTrue(said.first?.hasPrefix("spindle: nice -4 for spindle-ui workers (userInteractive) was refused (EACCES") ?? false, text)
     }
 
     /// Class pools are created on first use, often from inside other classes' work. The
@@ -106,6 +110,7 @@ final class QoSTests: XCTestCase {
         }
         for (who, (status, text)) in runs {
             XCTAssertEqual(status, 0, text)
+            XCTAssertEqual(text.contains("was refused"), who == "nobody", "a refused nice is said once, and only then: \(text)")
             let got = text.split(separator: "\n").filter { $0.hasPrefix("creator ") || $0.hasPrefix("QOS ") }.map(String.init)
             let ui = who == "root" ? "nice=-4 error=0" : "nice=0 error=\(EACCES)"
             XCTAssertEqual(got, [
