@@ -569,28 +569,11 @@ final class ThreadPoolTests: XCTestCase {
     func testUnpinnedWorkersKeepTheirCreatorsCPUMask() throws {
         // The spawner, started from an unrestricted thread, must pass the mask on.
         _ = try ThreadPool(configuration: .init(workers: 1))
-        let masks = Mutex<[String: String]>([:])
-        let done = DispatchSemaphore(value: 0)
-        let t = Thread {
-            defer { done.signal() }
-            guard spindle_test_pin_self(0) == 0 else { return }
-            masks.locked { $0["creator"] = currentThreadAllowedCPUs() }
-            var c = ThreadPool.Configuration(workers: 1)
-            c.pinning = .none
-            guard let pool = try? ThreadPool(configuration: c) else { return }
-            let ran = DispatchSemaphore(value: 0)
-            try? pool.submit {
-                let mine = currentThreadAllowedCPUs()
-                masks.locked { $0["worker"] = mine }
-                ran.signal()
-            }
-            _ = ran.wait(timeout: .now() + 10)
-        }
-        t.start()
-        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
-        let m = masks.locked { $0 }
-        XCTAssertEqual(m["creator"], "0")
-        XCTAssertEqual(m["worker"], "0", "an unpinned worker's CPU mask")
+        var c = ThreadPool.Configuration(workers: 1)
+        c.pinning = .none
+        let seen = seenByCreatorAndWorker(c, prepare: { spindle_test_pin_self(0) == 0 }) { currentThreadAllowedCPUs() }
+        XCTAssertEqual(seen.creator, "0")
+        XCTAssertEqual(seen.worker, "0", "an unpinned worker's CPU mask")
     }
 
     /// Workers take their creator's signal mask, as threads it started would: a service
@@ -599,29 +582,14 @@ final class ThreadPoolTests: XCTestCase {
     func testWorkersTakeTheirCreatorsSignalMaskAndTheSpawnerBlocksEverySignal() throws {
         _ = try ThreadPool(configuration: .init(workers: 1)) // the spawner exists
         let usr2: UInt64 = 1 << (UInt64(SIGUSR2) - 1)
-        let masks = Mutex<[String: UInt64]>([:])
-        let done = DispatchSemaphore(value: 0)
-        let t = Thread {
-            defer { done.signal() }
+        let seen = seenByCreatorAndWorker(.init(workers: 1), prepare: {
             var set = sigset_t()
             sigemptyset(&set)
             sigaddset(&set, SIGUSR2)
-            pthread_sigmask(SIG_BLOCK, &set, nil)
-            masks.locked { $0["creator"] = currentThreadBlockedSignals() }
-            guard let pool = try? ThreadPool(configuration: .init(workers: 1)) else { return }
-            let ran = DispatchSemaphore(value: 0)
-            try? pool.submit {
-                let mine = currentThreadBlockedSignals()
-                masks.locked { $0["worker"] = mine }
-                ran.signal()
-            }
-            _ = ran.wait(timeout: .now() + 10)
-        }
-        t.start()
-        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
-        let m = masks.locked { $0 }
-        XCTAssertEqual(m["creator"].map { $0 & usr2 }, usr2)
-        XCTAssertEqual(m["worker"], m["creator"], "a worker's blocked signals")
+            return pthread_sigmask(SIG_BLOCK, &set, nil) == 0
+        }) { currentThreadBlockedSignals() }
+        XCTAssertEqual(seen.creator.map { $0 & usr2 }, usr2)
+        XCTAssertEqual(seen.worker, seen.creator, "a worker's blocked signals")
         // The spawner: the one thread of this process named spindle-spawn.
         let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
         let spawner = tasks.filter {
@@ -662,4 +630,30 @@ final class ThreadPoolTests: XCTestCase {
                            "refused: workers keep the process's nice")
         }
     }
+}
+
+/// On a fresh thread: `prepare` it, create a pool from `configuration` there, and return
+/// what `read` sees on that thread and on one of the pool's workers (nil: not reached).
+func seenByCreatorAndWorker<T: Sendable>(_ configuration: ThreadPool.Configuration,
+                                         prepare: @escaping @Sendable () -> Bool,
+                                         _ read: @escaping @Sendable () -> T) -> (creator: T?, worker: T?) {
+    let seen = Mutex<(creator: T?, worker: T?)>((nil, nil))
+    let done = DispatchSemaphore(value: 0)
+    let t = Thread {
+        defer { done.signal() }
+        guard prepare() else { return }
+        let mine = read()
+        seen.locked { $0.creator = mine }
+        guard let pool = try? ThreadPool(configuration: configuration) else { return }
+        let ran = DispatchSemaphore(value: 0)
+        try? pool.submit {
+            let theirs = read()
+            seen.locked { $0.worker = theirs }
+            ran.signal()
+        }
+        _ = ran.wait(timeout: .now() + 10)
+    }
+    t.start()
+    _ = done.wait(timeout: .now() + 20)
+    return seen.locked { $0 }
 }
