@@ -20,6 +20,7 @@
 #include "spindle.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -230,6 +231,10 @@ struct spindle_pool {
     _Atomic int policy_error;
     _Atomic int slice_error;
     uint32_t requested_slice_ns; /* 0: keep the kernel's */
+    /* The CPUs this pool was planned for (spindle_creator_affinity at creation; NULL if
+     * that failed): what its unpinned workers may use, and what pools created by its
+     * workers are planned for. Fixed at creation. */
+    cpu_set_t *affinity;
 };
 
 extern _Thread_local spindle_worker *spindle_tls_worker;
@@ -241,6 +246,15 @@ void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_run_task(spindle_worker *w, spindle_task *t);
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
+
+/* topology.c */
+/* The largest CPU id + 1 Spindle handles; masks are CPU_ALLOC(SPINDLE_MAX_CPUS). */
+#define SPINDLE_MAX_CPUS 8192
+/* The CPUs a pool created by the calling thread is planned for, into `set` (of
+ * CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS) bytes): the thread's own affinity or, on a Spindle
+ * worker — which may be pinned to a single CPU — the mask that worker's pool was
+ * planned for (topology.c, "Whose CPUs"). Returns 0 or an errno. */
+int spindle_creator_affinity(cpu_set_t *set, size_t size);
 
 /* spawn.c */
 /* Starts the pool's workers on the process's spawner thread, in worker order. Returns

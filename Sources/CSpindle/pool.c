@@ -109,9 +109,11 @@ void spindle_config_init(spindle_config *cfg) {
 }
 
 uint32_t spindle_usable_cpu_count(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
-        int n = CPU_COUNT(&set);
+    cpu_set_t *set = CPU_ALLOC(SPINDLE_MAX_CPUS);
+    if (set) {
+        size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
+        int n = spindle_creator_affinity(set, size) == 0 ? CPU_COUNT_S(size, set) : 0;
+        CPU_FREE(set);
         if (n > 0) return (uint32_t)n;
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -231,6 +233,7 @@ static void free_pool(spindle_pool *pool) {
         pool->free_on_node(w->block, w->block_bytes, pool->alloc_ctx);
     }
     spindle_idle_destroy(&pool->idle);
+    if (pool->affinity) CPU_FREE(pool->affinity);
     free(pool->workers);
     free(pool);
 }
@@ -312,8 +315,16 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     pool->free_on_node = cfg.free_on_node ? cfg.free_on_node : default_free_on_node;
     pool->alloc_ctx = cfg.alloc_ctx;
     atomic_init(&pool->pin_error, 0);
+    /* The CPUs it is planned for (topology.c, "Whose CPUs"): its unpinned workers start
+     * on them, and pools its workers create are planned for them. */
+    pool->affinity = CPU_ALLOC(SPINDLE_MAX_CPUS);
+    if (pool->affinity && spindle_creator_affinity(pool->affinity, CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS)) != 0) {
+        CPU_FREE(pool->affinity);
+        pool->affinity = NULL;
+    }
     int rc = spindle_idle_init(&pool->idle, n);
     if (rc) {
+        if (pool->affinity) CPU_FREE(pool->affinity);
         free(pool->workers);
         free(pool);
         spindle_plan_free(own_plan);

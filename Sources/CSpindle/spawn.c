@@ -26,7 +26,8 @@
  * for a negative nice — the one refusal the pool already reports.
  *
  * What is not one-way a worker still takes from its pool's creator, as a thread the
- * creator started would: its CPU mask (the placement plan is made from it) and its
+ * creator started would: the CPU mask its pool was planned for (the creator's, unless
+ * the creator is itself a pinned worker: topology.c, "Whose CPUs") and the creator's
  * signal mask (a service that blocks SIGTERM in every thread but one that sigwait()s
  * for it must not find it delivered to a worker). Each request carries both. The
  * spawner itself blocks every signal, for the same reason; it takes the requester's
@@ -65,7 +66,7 @@
 
 typedef struct spawn_request {
     spindle_pool *pool;
-    cpu_set_t *affinity; /* the creator's mask, or NULL if it could not be read */
+    cpu_set_t *affinity; /* the pool's planned CPUs (pool->affinity), or NULL */
     size_t affinity_size;
     sigset_t sigmask;    /* the creator's blocked signals */
     uint32_t started;    /* written by the spawner: threads started, in worker order */
@@ -199,14 +200,9 @@ static int start_spawner_locked(void) {
 }
 
 int spindle_spawn_workers(spindle_pool *pool, uint32_t *started) {
-    spawn_request r = {.pool = pool};
+    spawn_request r = {.pool = pool, .affinity = pool->affinity,
+                       .affinity_size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS)};
     pthread_sigmask(SIG_SETMASK, NULL, &r.sigmask);
-    cpu_set_t *mask = CPU_ALLOC(8192);
-    if (mask) {
-        r.affinity_size = CPU_ALLOC_SIZE(8192);
-        if (pthread_getaffinity_np(pthread_self(), r.affinity_size, mask) == 0)
-            r.affinity = mask;
-    }
     pthread_mutex_lock(&lock);
     int rc = start_spawner_locked();
     if (rc == 0) {
@@ -223,7 +219,6 @@ int spindle_spawn_workers(spindle_pool *pool, uint32_t *started) {
             spindle_report_first_error(&pool->policy_error, baseline_policy_error);
     }
     pthread_mutex_unlock(&lock);
-    if (mask) CPU_FREE(mask);
     *started = r.started;
     return rc;
 }

@@ -6,8 +6,8 @@
  *   devices/system/cpu/cpuN/topology/{physical_package_id,core_id,thread_siblings_list}
  *   devices/system/cpu/cpuN/cache/index3/shared_cpu_list
  *   devices/system/node/online, node/nodeN/{cpulist,distance,meminfo}
- * intersected with the process affinity mask (sched_getaffinity), so `taskset` and
- * cgroup cpusets shrink the pool. libnuma is consulted only for the real /sys:
+ * intersected with the creator's affinity mask (sched_getaffinity; see "Whose CPUs"
+ * below), so `taskset` and cgroup cpusets shrink the pool. libnuma is consulted only for the real /sys:
  * numa_available() < 0 (containers, seccomp) means one node, as does a partial tree.
  * Either fallback is reported once per process on stderr and always through
  * spindle_topology_fallback().
@@ -28,6 +28,18 @@
  *       a tier the plan lists workers by index; the scheduler starts at a random member
  *       (worker.c). With node pinning a worker has no fixed CPU, so only node tiers
  *       exist.
+ *
+ * Whose CPUs. Like Go's runtime, tokio and Rust's available_parallelism, a pool is
+ * sized and placed by the affinity of the thread that creates it, so that a program
+ * run under `taskset`, or a thread it restricted on purpose, gets a pool on those CPUs.
+ * Except when that thread is one of Spindle's workers: those are pinned by Spindle
+ * itself (a userInteractive worker to one CPU, a node-pinned one to its node), and
+ * pools are created lazily from inside work — the default class's pool by the first
+ * default-QoS operation an interactive one adds. Planned from the worker's own mask,
+ * that pool had one worker (testAPoolCreatedInsideAPinnedWorkerSpansTheProcesssCPUs).
+ * A worker's pool therefore remembers the mask it was planned for, and a pool created
+ * by one of its workers is planned for that mask: as if the thread that created the
+ * outer pool had created it.
  */
 #include "internal.h"
 #include "spindle_topology.h"
@@ -39,7 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_CPUS 8192
+#define MAX_CPUS SPINDLE_MAX_CPUS
 
 typedef struct node_info {
     int32_t id;
@@ -167,6 +179,16 @@ static int list_min_rank(const char *root, const char *path, int32_t cpu, int32_
     return rc;
 }
 
+int spindle_creator_affinity(cpu_set_t *set, size_t size) {
+    const spindle_worker *w = spindle_tls_worker;
+    if (w && w->pool->affinity) {
+        /* Written before the worker started, never again: no ordering needed. */
+        memcpy(set, w->pool->affinity, size);
+        return 0;
+    }
+    return sched_getaffinity(0, size, set) == 0 ? 0 : errno;
+}
+
 static void report_fallback_once(const char *why) {
     static atomic_flag said = ATOMIC_FLAG_INIT;
     /* Relaxed: only "exactly one message" matters, not ordering. */
@@ -235,11 +257,11 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
     } else {
         cpu_set_t *set = CPU_ALLOC(MAX_CPUS);
         size_t size = CPU_ALLOC_SIZE(MAX_CPUS);
-        if (set && sched_getaffinity(0, size, set) == 0) {
+        if (!set) {
+            rc = ENOMEM;
+        } else if ((rc = spindle_creator_affinity(set, size)) == 0) {
             for (int i = 0; i < MAX_CPUS; i++)
                 if (CPU_ISSET_S(i, size, set)) usable[i] = 1;
-        } else {
-            rc = errno ? errno : EINVAL;
         }
         if (set) CPU_FREE(set);
     }

@@ -290,12 +290,12 @@ static void apply_priority(spindle_worker *w) {
  * lacks, a cpuset that shrank) leaves it unpinned and is reported once per pool. */
 static void apply_pinning(spindle_worker *w) {
     if (w->npin == 0) return;
-    cpu_set_t *set = CPU_ALLOC(8192);
+    cpu_set_t *set = CPU_ALLOC(SPINDLE_MAX_CPUS);
     if (!set) return;
-    size_t size = CPU_ALLOC_SIZE(8192);
+    size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
     CPU_ZERO_S(size, set);
     for (uint32_t k = 0; k < w->npin; k++)
-        if (w->pin[k] >= 0 && w->pin[k] < 8192) CPU_SET_S((size_t)w->pin[k], size, set);
+        if (w->pin[k] >= 0 && w->pin[k] < SPINDLE_MAX_CPUS) CPU_SET_S((size_t)w->pin[k], size, set);
     int rc = pthread_setaffinity_np(pthread_self(), size, set);
     CPU_FREE(set);
     if (rc) spindle_report_first_error(&w->pool->pin_error, rc);

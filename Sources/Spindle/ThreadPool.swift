@@ -89,8 +89,10 @@ public final class ThreadPool: @unchecked Sendable {
 
     /// How to build a pool. Every field has a default that needs no thought.
     public struct Configuration: Sendable {
-        /// Worker threads; `nil` means one per CPU in the process's affinity mask
-        /// (so `taskset` and container CPU sets are honoured).
+        /// Worker threads; `nil` means one per CPU in the affinity mask of the thread
+        /// that creates the pool (so `taskset` and container CPU sets are honoured). A
+        /// pool created from inside another pool's work is sized by the mask that pool
+        /// was planned for, not by its worker's, which Spindle may have pinned to one CPU.
         public var workers: Int?
         /// Slots in each worker's deque (rounded up to a power of two). When a worker
         /// spawns more than this without running any, half moves to the shared queue.

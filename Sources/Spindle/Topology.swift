@@ -39,7 +39,8 @@ public struct Topology: Sendable {
     }
 
     /// Reads the topology. `sysfsRoot` nil: `SPINDLE_SYSFS_ROOT` or `/sys`; `cpus` nil:
-    /// the process's affinity mask; otherwise a list such as `"0-63,128-191"`.
+    /// the calling thread's affinity mask (inside a pool's work, the mask that pool was
+    /// planned for); otherwise a list such as `"0-63,128-191"`.
     public static func load(sysfsRoot: String? = nil, cpus: String? = nil) throws -> Topology {
         var raw: OpaquePointer?
         let rc = withOptionalCString(sysfsRoot) { root in

@@ -1,3 +1,4 @@
+import CSpindle
 import Foundation
 import Synchronization
 import XCTest
@@ -76,26 +77,32 @@ final class QoSTests: XCTestCase {
     }
 
     /// Class pools are created on first use, often from inside other classes' work. The
-    /// userInteractive and default pools first used by a background operation (SCHED_IDLE,
-    /// nice +10) must still run at their own class: their workers start from the
-    /// process's priority, not their creator's (spawn.c). Before that, they ran under
-    /// SCHED_IDLE, and unprivileged at +10 too. A child process, so that the class pools
-    /// are new; run as root and as nobody.
+    /// userInteractive pool first used by a background operation (SCHED_IDLE, nice +10),
+    /// and the default and utility pools first used by an interactive one (whose worker
+    /// is pinned to one CPU), must still run at their own class on every CPU: their
+    /// workers start from the process's priority, not their creator's (spawn.c), and
+    /// they are planned for the CPUs of their creator's pool, not of its worker
+    /// (topology.c, "Whose CPUs"). Before, they ran under SCHED_IDLE (unprivileged at
+    /// +10 too), and the default pool had one worker. A child process, so that the class
+    /// pools are new; run as root and as nobody.
     func testClassPoolsFirstUsedFromBackgroundWorkRunAtTheirOwnClass() throws {
         if ProcessInfo.processInfo.environment["SPINDLE_QOS_CREATOR_PROBE"] != nil {
             let lines = Mutex<[String]>([])
+            @Sendable func create(_ qos: QualityOfService, then next: @escaping @Sendable () -> Void = {}) {
+                let pool = ThreadPool.forQualityOfService(qos) // created here
+                let seen = DispatchSemaphore(value: 0)
+                try? pool.submit {
+                    let line = "QOS \(qos.rawValue) policy=\(currentThreadPolicy()) nice=\(currentThreadNice()) "
+                        + "error=\(pool.niceError ?? 0) workers=\(pool.workerCount)"
+                    lines.locked { $0.append(line) }
+                    next()
+                    seen.signal()
+                }
+                _ = seen.wait(timeout: .now() + 10)
+            }
             _ = try observe(.background) {
                 lines.locked { $0.append("creator policy=\(currentThreadPolicy()) nice=\(currentThreadNice())") }
-                for qos in [QualityOfService.userInteractive, .default, .utility] {
-                    let pool = ThreadPool.forQualityOfService(qos) // created here
-                    let seen = DispatchSemaphore(value: 0)
-                    try? pool.submit {
-                        let line = "QOS \(qos.rawValue) policy=\(currentThreadPolicy()) nice=\(currentThreadNice()) error=\(pool.niceError ?? 0)"
-                        lines.locked { $0.append(line) }
-                        seen.signal()
-                    }
-                    _ = seen.wait(timeout: .now() + 10)
-                }
+                create(.userInteractive) { create(.default); create(.utility) }
                 return 0
             }
             for l in lines.locked({ $0 }) { print(l) }
@@ -113,11 +120,12 @@ final class QoSTests: XCTestCase {
             XCTAssertEqual(text.contains("was refused"), who == "nobody", "a refused nice is said once, and only then: \(text)")
             let got = text.split(separator: "\n").filter { $0.hasPrefix("creator ") || $0.hasPrefix("QOS ") }.map(String.init)
             let ui = who == "root" ? "nice=-4 error=0" : "nice=0 error=\(EACCES)"
+            let cpus = spindle_usable_cpu_count()
             XCTAssertEqual(got, [
                 "creator policy=5 nice=10",
-                "QOS \(QualityOfService.userInteractive.rawValue) policy=0 \(ui)",
-                "QOS \(QualityOfService.default.rawValue) policy=0 nice=0 error=0",
-                "QOS \(QualityOfService.utility.rawValue) policy=3 nice=2 error=0",
+                "QOS \(QualityOfService.userInteractive.rawValue) policy=0 \(ui) workers=\(cpus)",
+                "QOS \(QualityOfService.default.rawValue) policy=0 nice=0 error=0 workers=\(cpus)",
+                "QOS \(QualityOfService.utility.rawValue) policy=3 nice=2 error=0 workers=\(cpus)",
             ], "as \(who): \(text)")
         }
     }

@@ -565,6 +565,30 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(s["batch+2.reported"], [3, 2, 0, 0])
     }
 
+    /// A pool created from inside a pinned worker (a userInteractive one is pinned to a
+    /// single CPU) is planned for the CPUs its creator's pool was planned for, not for
+    /// the one CPU that worker may use: otherwise the default class's pool, first used
+    /// by an interactive operation, had one worker.
+    func testAPoolCreatedInsideAPinnedWorkerSpansTheProcesssCPUs() throws {
+        var core = ThreadPool.Configuration()
+        core.pinning = .core
+        let pinned = try ThreadPool(configuration: core)
+        let seen = Mutex<[String]>([])
+        let done = DispatchSemaphore(value: 0)
+        try pinned.submit {
+            let made = (try? ThreadPool())?.workerCount ?? -1
+            let cpus = (try? Topology.load())?.nodes.reduce(0) { $0 + $1.cpus.count } ?? -1
+            seen.locked { $0 = [currentThreadAllowedCPUs(), "workers=\(made)", "cpus=\(cpus)"] }
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success)
+        let usable = Int(spindle_usable_cpu_count())
+        let s = seen.locked { $0 }
+        XCTAssertEqual(s.count, 3)
+        if usable > 1 { XCTAssertFalse(s.first?.contains("-") ?? true, "the creating worker is pinned to one CPU: \(s)") }
+        XCTAssertEqual(Array(s.dropFirst()), ["workers=\(usable)", "cpus=\(usable)"])
+    }
+
     /// Unpinned workers still take their creator's CPU mask, as threads it started would.
     func testUnpinnedWorkersKeepTheirCreatorsCPUMask() throws {
         // The spawner, started from an unrestricted thread, must pass the mask on.

@@ -177,7 +177,9 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task);
 int spindle_submit(spindle_pool *pool, void (*fn)(void *ctx, spindle_run_reason reason),
                    void *ctx);
 
-/** CPUs in the calling thread's affinity mask: the default worker count. */
+/** CPUs in the calling thread's affinity mask — on one of Spindle's (possibly pinned)
+ *  workers, in the mask its pool was planned for: the default worker count of a pool
+ *  the caller creates. */
 uint32_t spindle_usable_cpu_count(void);
 
 /** Number of worker threads. */
