@@ -629,6 +629,36 @@ final class ThreadPoolTests: XCTestCase {
         }
     }
 
+    /// Every pool's workers come from the one spawner: pools created at once from many
+    /// threads, and from inside each other's work, must all start, run and stop.
+    func testPoolsCreatedConcurrentlyAllStart() throws {
+        let rounds = Stress.count(25)
+        let ran = Atomic<Int>(0)
+        let failed = Atomic<Int>(0)
+        onThreads(6) { _ in
+            for _ in 0..<rounds {
+                guard let outer = try? ThreadPool(configuration: .init(workers: 2)) else { failed.add(1, ordering: .relaxed); continue }
+                let done = DispatchSemaphore(value: 0)
+                try? outer.submit {
+                    // A pool created from inside work, while other threads create theirs.
+                    if let inner = try? ThreadPool(configuration: .init(workers: 1)) {
+                        let innerDone = DispatchSemaphore(value: 0)
+                        try? inner.submit { ran.add(1, ordering: .relaxed); innerDone.signal() }
+                        if innerDone.wait(timeout: .now() + 10) != .success { failed.add(1, ordering: .relaxed) }
+                        try? inner.shutdown(.drain)
+                    } else {
+                        failed.add(1, ordering: .relaxed)
+                    }
+                    done.signal()
+                }
+                if done.wait(timeout: .now() + 20) != .success { failed.add(1, ordering: .relaxed) }
+                try? outer.shutdown(.drain)
+            }
+        }
+        XCTAssertEqual(failed.load(ordering: .relaxed), 0)
+        XCTAssertEqual(ran.load(ordering: .relaxed), 6 * rounds)
+    }
+
     /// fork() copies only the calling thread: the child has no spawner, and must start
     /// one when it creates a pool (spawn.c's atfork handler). Without that, the child's
     /// pool creation waits forever.
