@@ -23,7 +23,8 @@
  * child, so it begins at the process's baseline whoever created its pool, and then
  * moves to its pool's nice and policy (worker.c, apply_priority). A worker thus only
  * ever moves away from the baseline, which needs privilege exactly when the pool asks
- * for a negative nice — the one refusal the pool already reports.
+ * for a nice below the process's (normally: a negative one) — the one refusal the pool
+ * already reports.
  *
  * What is not one-way a worker still takes from its pool's creator, as a thread the
  * creator started would: the CPU mask its pool was planned for (the creator's, unless
