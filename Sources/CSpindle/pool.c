@@ -318,7 +318,8 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     /* The CPUs it is planned for (topology.c, "Whose CPUs"): its unpinned workers start
      * on them, and pools its workers create are planned for them. */
     pool->affinity = CPU_ALLOC(SPINDLE_MAX_CPUS);
-    if (pool->affinity && spindle_creator_affinity(pool->affinity, CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS)) != 0) {
+    if (pool->affinity &&
+        spindle_creator_affinity(pool->affinity, CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS)) != 0) {
         CPU_FREE(pool->affinity);
         pool->affinity = NULL;
     }

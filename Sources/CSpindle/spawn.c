@@ -154,7 +154,7 @@ static void *spawner_main(void *arg) {
                 spindle_worker *w = r->pool->workers[started];
                 rc = pthread_create(&w->thread, &attr, spindle_worker_main, w);
                 if (rc == EINVAL && r->affinity) {
-                    /* glibc checks the mask against the kernel's at start: retry without. */
+                    /* glibc applies the mask at start; refused: retry without it. */
                     pthread_attr_destroy(&attr);
                     pthread_attr_init(&attr);
                     rc = pthread_create(&w->thread, &attr, spindle_worker_main, w);

@@ -7,8 +7,9 @@
  *   devices/system/cpu/cpuN/cache/index3/shared_cpu_list
  *   devices/system/node/online, node/nodeN/{cpulist,distance,meminfo}
  * intersected with the creator's affinity mask (sched_getaffinity; see "Whose CPUs"
- * below), so `taskset` and cgroup cpusets shrink the pool. libnuma is consulted only for the real /sys:
- * numa_available() < 0 (containers, seccomp) means one node, as does a partial tree.
+ * below), so `taskset` and cgroup cpusets shrink the pool. libnuma is consulted only
+ * for the real /sys: numa_available() < 0 (containers, seccomp) means one node, as does
+ * a partial tree.
  * Either fallback is reported once per process on stderr and always through
  * spindle_topology_fallback().
  *

@@ -258,7 +258,8 @@ static void apply_slice(spindle_pool *pool, pid_t tid) {
     attr.sched_policy = (uint32_t)sched_getscheduler(0);
     attr.sched_nice = getpriority(PRIO_PROCESS, (id_t)tid);
     attr.sched_runtime = pool->requested_slice_ns;
-    if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) spindle_report_first_error(&pool->slice_error, errno);
+    if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0)
+        spindle_report_first_error(&pool->slice_error, errno);
 }
 
 /* Applies the pool's scheduling policy and nice value to the calling worker thread and
@@ -280,7 +281,8 @@ static void apply_priority(spindle_worker *w) {
     if (w->index == 0) {
         errno = 0;
         int nice = getpriority(PRIO_PROCESS, (id_t)tid);
-        /* Relaxed: a report, ordered for its reader by `ready` (spindle_report_first_error). */
+        /* Relaxed: a report, ordered for its reader by `ready` (see
+         * spindle_report_first_error). */
         atomic_store_explicit(&pool->effective_nice, nice, memory_order_relaxed);
         atomic_store_explicit(&pool->effective_policy, sched_getscheduler(0), memory_order_relaxed);
     }
@@ -295,7 +297,8 @@ static void apply_pinning(spindle_worker *w) {
     size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
     CPU_ZERO_S(size, set);
     for (uint32_t k = 0; k < w->npin; k++)
-        if (w->pin[k] >= 0 && w->pin[k] < SPINDLE_MAX_CPUS) CPU_SET_S((size_t)w->pin[k], size, set);
+        if (w->pin[k] >= 0 && w->pin[k] < SPINDLE_MAX_CPUS)
+            CPU_SET_S((size_t)w->pin[k], size, set);
     int rc = pthread_setaffinity_np(pthread_self(), size, set);
     CPU_FREE(set);
     if (rc) spindle_report_first_error(&w->pool->pin_error, rc);

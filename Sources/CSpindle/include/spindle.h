@@ -80,7 +80,8 @@ typedef struct spindle_config {
     uint32_t spin_ns;
     /** Nice value each worker applies to itself at start, or SPINDLE_NICE_INHERIT (the
      *  default) to keep the process's: the main thread's, which `nice` and `renice -p`
-     *  set. Never the creating thread's: workers are started by the process's spawner
+     *  set, as it was when the process's first pool was created. Never the creating
+     *  thread's: workers are started by the process's spawner
      *  thread (spawn.c), so a pool created from inside re-niced work does not silently
      *  run at that work's nice. A refused value (EACCES for a negative nice without
      *  privilege) leaves the worker at the process's nice and is reported by

@@ -34,8 +34,9 @@ typedef struct spindle_cpu_info {
 /**
  * Reads the topology under `sysfs_root` (NULL: $SPINDLE_SYSFS_ROOT, else "/sys"),
  * restricted to the CPUs in `cpu_list` ("0-63,128-191"; NULL: the calling thread's
- * affinity mask, or on a Spindle worker the mask its pool was planned for). When the tree is partial or, for the real /sys, libnuma reports NUMA
- * unavailable, the result is one node holding every usable CPU, and
+ * affinity mask, or on a Spindle worker the mask its pool was planned for). When the
+ * tree is partial or, for the real /sys, libnuma reports NUMA unavailable, the result
+ * is one node holding every usable CPU, and
  * `spindle_topology_fallback` says why. Returns 0, EINVAL (bad list, or no usable CPU),
  * or ENOMEM.
  */
