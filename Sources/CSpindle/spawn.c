@@ -123,6 +123,38 @@ static void adopt_process_baseline(void) {
     }
 }
 
+/* Starts `r`'s workers in worker order, with the requester's signal mask and the pool's
+ * CPU mask; sets *started and returns 0 or the first pthread_create error. glibc applies
+ * the CPU mask before the thread runs, and fails the create with EINVAL when the kernel
+ * refuses it (a cpuset that shrank since the pool was planned): not worth failing the
+ * pool for, so the rest start without it — workers with a plan pin themselves anyway. */
+static int start_workers(const spawn_request *r, uint32_t *started) {
+    *started = 0;
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc) return rc;
+    bool masked =
+        r->affinity && pthread_attr_setaffinity_np(&attr, r->affinity_size, r->affinity) == 0;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &r->sigmask, NULL); /* new threads inherit it */
+    while (*started < r->pool->nworkers) {
+        spindle_worker *w = r->pool->workers[*started];
+        rc = pthread_create(&w->thread, &attr, spindle_worker_main, w);
+        if (rc == EINVAL && masked) {
+            pthread_attr_destroy(&attr);
+            pthread_attr_init(&attr);
+            masked = false;
+            continue;
+        }
+        if (rc) break;
+        (*started)++;
+    }
+    pthread_sigmask(SIG_SETMASK, &all, NULL);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
+
 static void *spawner_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "spindle-spawn");
@@ -134,36 +166,8 @@ static void *spawner_main(void *arg) {
         pending = r->next;
         /* Unlocked while starting threads: other creators may queue meanwhile. */
         pthread_mutex_unlock(&lock);
-        pthread_attr_t attr;
-        int rc = pthread_attr_init(&attr);
-        if (rc == 0 && r->affinity) {
-            /* A refused mask (a cpuset that shrank since the creator read it) is not
-             * worth failing the pool for: start with ours, the workers pin themselves. */
-            if (pthread_attr_setaffinity_np(&attr, r->affinity_size, r->affinity) != 0) {
-                pthread_attr_destroy(&attr);
-                rc = pthread_attr_init(&attr);
-            }
-        }
-        uint32_t started = 0;
-        if (rc == 0) {
-            /* New threads start with their creator's signal mask. */
-            sigset_t all;
-            sigfillset(&all);
-            pthread_sigmask(SIG_SETMASK, &r->sigmask, NULL);
-            for (; started < r->pool->nworkers; started++) {
-                spindle_worker *w = r->pool->workers[started];
-                rc = pthread_create(&w->thread, &attr, spindle_worker_main, w);
-                if (rc == EINVAL && r->affinity) {
-                    /* glibc applies the mask at start; refused: retry without it. */
-                    pthread_attr_destroy(&attr);
-                    pthread_attr_init(&attr);
-                    rc = pthread_create(&w->thread, &attr, spindle_worker_main, w);
-                }
-                if (rc) break;
-            }
-            pthread_sigmask(SIG_SETMASK, &all, NULL);
-            pthread_attr_destroy(&attr);
-        }
+        uint32_t started;
+        int rc = start_workers(r, &started);
         pthread_mutex_lock(&lock);
         r->started = started;
         r->rc = rc;
