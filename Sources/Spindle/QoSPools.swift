@@ -69,13 +69,9 @@ enum QoSPools {
     }
 
     private static let pools = Mutex<[Int: ThreadPool]>([:])
-    /// Whether a refused nice has been reported (`pools`' lock orders the check).
-    nonisolated(unsafe) private static var reportedRefusal = false
 
-    /// Called under `pools`' lock.
+    /// Says once on stderr that `qos`'s nice was refused (see the type's documentation).
     private static func reportRefusedNice(_ qos: QualityOfService, _ error: Int32) {
-        guard !reportedRefusal else { return }
-        reportedRefusal = true
         let what = error == EACCES ? "EACCES: negative nice needs CAP_SYS_NICE or RLIMIT_NICE" : "errno \(error)"
         let line = "spindle: nice \(nice(for: qos)) for \(name(for: qos)) workers (\(qos)) was refused (\(what)); "
             + "classes with a negative nice run at the process's nice\n"
@@ -129,8 +125,11 @@ enum QoSPools {
             do { made = try ThreadPool(configuration: c, processWide: true) } catch {
                 fatalError("Spindle could not start the worker set for \(qos): \(error)")
             }
+            // Once per process: the first class pool refused its nice.
+            if let error = made.niceError, !p.values.contains(where: { $0.niceError != nil }) {
+                reportRefusedNice(qos, error)
+            }
             p[key] = made
-            if let error = made.niceError { reportRefusedNice(qos, error) }
             return made
         }
     }
