@@ -142,38 +142,34 @@ open class Operation: @unchecked Sendable {
 
     /// The queue this operation was added to (its address; 0: none), claimed with one
     /// CAS when it is added — which is also how adding it twice, or to two queues, is
-    /// detected. Read without reference counting; `queueReference` keeps it valid.
+    /// detected. Read without reference counting: valid while the operation is
+    /// unfinished, then for as long as `queueReference` is set (see `ownerQueue`).
     let queueWord = Atomic<UInt>(0)
-    /// The strong reference behind `queueWord`, set by the thread that claimed the
-    /// operation and dropped only by deinit. An operation keeps its queue alive, so
-    /// whoever is running or finishing an operation can use its queue. (The queue's
-    /// list holds its operations until they finish and the list is pruned or the queue
-    /// drains, which is when that cycle ends.) Taking it costs the adding thread one
-    /// uncontended retain; the release happens where the operation dies — usually the
-    /// same thread (see `OperationQueue.State.prune`).
-    ///
-    /// Rejected: the queue holding itself while it has unfinished operations (retained
-    /// when its count leaves zero, released when it returns there). A finisher that
-    /// must take the queue's lock after its decrement could then find the queue freed
-    /// by another finisher that brought the count to zero — a use-after-free the
-    /// direct-mode stress test caught. What it costs: with this retain and its release
-    /// removed (unsafely, as an experiment) the benchmark's add-and-wait loop ran 13%
-    /// faster (paired medians 183 → 160 ns per operation). A replacement must keep
-    /// `evaluateReadiness`, `cancel` and the finish path safe without an extra atomic
-    /// per finish, which nothing tried so far does.
+    /// The strong reference behind `queueWord`, for an operation code outside the queue
+    /// can reach: set by the thread that claimed it, or — for one made by the block
+    /// form of `addOperation`, which only the queue knows — under the queue's lock when
+    /// `operations` hands it out; dropped only by deinit. Such code may call `cancel()`
+    /// or change readiness while the operation finishes, and then reaches a queue that
+    /// would otherwise be kept alive only by its unfinished operations (see
+    /// `OperationQueue.counts`, "Lifetime"). The queue's list holds its operations
+    /// until they finish and the list is pruned or the queue drains, which is when that
+    /// cycle ends. Taking it costs the adding thread one retain, and the thread where
+    /// the operation dies one release: 13% of the add-and-wait loop in the experiment
+    /// that removed it, which is why operations the queue makes itself do without it.
     @exclusivity(unchecked) var queueReference: OperationQueue?
     /// ``queuePriority``, as its raw value: read on every add, without a lock.
     let priorityWord = Atomic<Int>(QueuePriority.normal.rawValue)
 
-    /// The queue, if any — kept alive by `queueReference` as long as this operation is.
+    /// The queue, if any — alive while this operation is unfinished (the queue holds
+    /// itself), and after that as long as `queueReference` is set.
     var ownerQueue: Unmanaged<OperationQueue>? {
         let bits = queueWord.load(ordering: .acquiring)
         return bits == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
     }
 
     // Owned by the queue this operation is in; only touched under that queue's lock (or,
-    // for `queueReference`, by the one thread that claimed or submitted
-    // the operation, and by deinit). Their synchronisation is that lock, so Swift's
+    // for `queueReference`, by the one thread that claimed the operation before the
+    // queue's list holds it, and by deinit). Their synchronisation is that lock, so Swift's
     // dynamic exclusivity checks — a runtime call per access on a class property — are
     // turned off for them (`@exclusivity(unchecked)`).
     /// Neighbours in the queue's list of operations (which holds the retained reference;
@@ -181,6 +177,12 @@ open class Operation: @unchecked Sendable {
     @exclusivity(unchecked) var queuePrev: Unmanaged<Operation>?
     @exclusivity(unchecked) var queueNext: Unmanaged<Operation>?
     @exclusivity(unchecked) var queueStarted = false
+    /// Set when `queueReference` was set before the operation could start (by the
+    /// adding thread, or by the queue when it was not in direct mode), so its finish may
+    /// decrement the counts before it takes the queue's lock (see
+    /// `OperationQueue.operationFinished`). Not set by `operations`, which hands
+    /// operations out while they may be finishing.
+    @exclusivity(unchecked) var queueHeld = false
     @exclusivity(unchecked) var queueRetired = false
     /// Set when the queue has registered this operation (its list and count): until
     /// then a readiness signal from another thread (a concurrent `cancel()`) is left
@@ -748,8 +750,8 @@ open class Operation: @unchecked Sendable {
         for d in handOff.ready { d.dependenciesSatisfied() }
         notify(.finished)
         handOff.completion?()
-        // The queue is alive: this operation holds it (`queueReference`), and our caller
-        // holds this operation.
+        // The queue is alive: it has not counted this operation finished (and holds
+        // itself until it has). `operationFinished` may free it.
         queue?._withUnsafeGuaranteedRef { $0.operationFinished(self) }
         if chained { ts._withUnsafeGuaranteedRef { $0.finishing = nil } }
         // Last: release the waiters. A waiter sets `hasWaiters` and then checks

@@ -18,9 +18,11 @@ import Synchronization
 ///
 /// A queue at the default width and not suspended is in *direct mode*: a ready
 /// operation is submitted as it is added (nothing can be ahead of it), and finishing
-/// one takes no lock at all — one atomic decrement — unless the queue just emptied
-/// or someone observes its count or progress. Otherwise (a width limit, suspension)
-/// a finishing operation takes the lock to start the next ready ones.
+/// one takes no lock at all — one CAS on the counts — unless it is the last one
+/// unfinished or someone observes the queue's count or progress. Otherwise (a width
+/// limit, suspension) a finishing operation takes the lock to start the next ready
+/// ones. The queue keeps itself alive while it has unfinished operations (see
+/// `counts` for the protocol that makes this safe without a retain per operation).
 ///
 /// The list behind ``operations`` is pruned lazily by the threads that add operations
 /// (and emptied when the queue drains), so the workers that finish operations never
@@ -48,6 +50,9 @@ open class OperationQueue: @unchecked Sendable {
         var linked = 0
         /// Finishers releasing the list of a drained queue (see `isDrained`).
         var releasing = 0
+        /// Whether the queue holds a reference to itself: from the moment it counts an
+        /// operation in until it has drained (see ``OperationQueue/counts``).
+        var selfRetained = false
         var maxConcurrent = OperationQueue.defaultMaxConcurrentOperationCount
         var suspended = false
         var name: String
@@ -64,6 +69,10 @@ open class OperationQueue: @unchecked Sendable {
         mutating func count(_ counts: borrowing Atomic<UInt64>, delta: UInt64,
                             released: inout Unmanaged<Operation>?) {
             let now = counts.wrappingAdd(delta, ordering: .sequentiallyConsistent).newValue
+            // The running count (at most the unfinished one) must stay below the
+            // `scheduledBit`.
+            precondition(now >> 32 < OperationQueue.runningMask,
+                         "OperationQueue: more than 2^31 - 1 operations unfinished in one queue")
             prune(unfinished: Int(now >> 32), onto: &released)
         }
 
@@ -168,8 +177,7 @@ open class OperationQueue: @unchecked Sendable {
         mutating func takeStartable(_ counts: borrowing Atomic<UInt64>) -> Startable {
             guard !suspended else { return .none }
             var out = Startable.none
-            // seq_cst load: pairs with the finishing side's decrement and load of
-            // `scheduled` (see operationFinished).
+            // seq_cst load: after the RMW that set `scheduledBit` (see there).
             while maxConcurrent < 0
                     || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent,
                   let op = popReady() {
@@ -198,25 +206,70 @@ open class OperationQueue: @unchecked Sendable {
 
     let state: FutexLocked<State>
     /// Keeps `counts` (which the finishing workers write) off the cache line of the
-    /// object header, whose reference count the adding thread changes once per
-    /// operation (`Operation.queueReference`): on one line, every add's retain would
-    /// have to pull the line back from the worker that last finished an operation.
+    /// object header, whose reference count the adding thread changes when it adds an
+    /// operation it does not make itself (`Operation.queueReference`): on one line,
+    /// every such retain would have to pull the line back from the worker that last
+    /// finished an operation.
     private let headerPadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
-    /// Operations added and not finished (``operationCount``), in the high 32 bits, and
-    /// operations the queue has started that have not finished, in the low 32: one word,
-    /// so that adding an operation and finishing one are one atomic RMW each. Both
-    /// sides write it, so it is the queue's one contended cache line at the default
-    /// width; two counters cost a second RMW per side (a third of `enqueue`'s time).
+    /// Operations added and not finished (``operationCount``), in the high 32 bits;
+    /// operations the queue has started that have not finished, in the low 31; and
+    /// ``scheduledBit``: one word, so that adding an operation and finishing one are
+    /// one atomic RMW each. Both sides write it, so it is the queue's one contended
+    /// cache line at the default width; two counters cost a second RMW per side (a
+    /// third of `enqueue`'s time).
+    ///
+    /// ### Lifetime: who may touch the queue, and until when
+    /// A queue lives while it has unfinished operations, whoever still refers to it:
+    /// `OperationQueue().addOperation { … }`, the queue dropped at once, is ordinary
+    /// use. It holds a reference to itself (`State.selfRetained`), taken under the lock
+    /// when it counts an operation in and holds none, and given to the finisher that
+    /// drains it, which drops it last. What makes that safe:
+    /// 1. A finisher touches the queue after its decrement only if it decremented under
+    ///    the lock, or its operation holds the queue (rule 3). Every other finisher
+    ///    decrements with one CAS that succeeds only when the queue needs nothing more
+    ///    from it — another unfinished operation remains, the queue is in direct mode
+    ///    (``scheduledBit`` clear), and nobody observes its count or progress — and then
+    ///    it touches nothing.
+    /// 2. "Drained" is decided under the lock, where operations are counted in: the
+    ///    finisher that reads zero there takes the self-reference. A finisher still on
+    ///    its way to the lock has its operation counted (rule 1: it decrements there) or
+    ///    holds the queue (rule 3), so zero cannot be read while it needs the queue.
+    /// 3. An operation that code other than the queue's can reach — one the user made,
+    ///    or one `operations` handed out — holds its queue (`Operation.queueReference`):
+    ///    its `cancel()` and readiness changes reach the queue from any thread at any
+    ///    moment, including while it finishes. So does one made by the block form of
+    ///    ``addOperation(_:)-(()->Void)`` while the queue is not in direct mode, where
+    ///    every finish takes the lock anyway (`queueHeld`: it decrements first, outside
+    ///    the lock). In direct mode that form's operations are reachable only from the
+    ///    queue until `operations` hands them out, and skip the retain and its release.
+    ///
+    /// Rejected: releasing the self-reference when a lock-free decrement reached zero
+    /// (a finisher still on its way to the lock could then find the queue freed — the
+    /// direct-mode stress test caught it); counting finishers in flight (a second
+    /// atomic per finish); decrementing under the lock even when the operation holds
+    /// the queue (serial queues ran 6% slower: the adding thread waits on that lock).
     let counts = Atomic<UInt64>(0)
     static let oneUnfinished: UInt64 = 1 << 32
-    static let runningMask: UInt64 = 0xffff_ffff
+    static let runningMask: UInt64 = 0x7fff_ffff
+    /// Set in `counts` while the queue is not in direct mode (a width limit, or
+    /// suspended): a finishing operation must then take the lock to start the next.
+    /// Changed under the lock by an RMW, after which that thread reads the running
+    /// count (`takeStartable`). In the counts' word so that a finisher's CAS sees it
+    /// together with the count it decrements: either the CAS came first, and the
+    /// count read after the change includes its decrement, or the CAS fails on the
+    /// bit and the finisher takes the lock — no ready operation is stranded.
+    static let scheduledBit: UInt64 = 1 << 31
 
     /// The unfinished operations, from `counts`.
     var unfinishedCount: Int { Int(counts.load(ordering: .sequentiallyConsistent) >> 32) }
-    /// True when the queue is not in direct mode (a width limit, or suspended): then a
-    /// finishing operation must take the lock to start the next. Written under the
-    /// lock, seq_cst; see operationFinished for the pairing.
-    let scheduled = Atomic<Bool>(false)
+    /// Keeps the flags below off the line of `counts`. A finisher reads them before
+    /// its CAS; on that line (which the adding thread keeps writing) the reads would
+    /// fetch it shared, and the CAS fetch it again to own it.
+    private let countsPadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+    /// Whether the queue is in direct mode, as a hint for finishers: when it is not,
+    /// they go straight to the lock instead of trying a CAS that ``scheduledBit`` would
+    /// fail. Written with the bit, under the lock; correctness rests on the bit alone.
+    let directHint = Atomic<Bool>(true)
     /// Set once ``progress`` is read, so that queues nobody tracks skip the lock.
     let hasProgress = Atomic<Bool>(false)
     /// Set once anyone observes `operationCount`, so unobserved queues skip the work.
@@ -235,7 +288,8 @@ open class OperationQueue: @unchecked Sendable {
         s.underlyingQueue = DispatchQueue.main
         s.qualityOfService = .userInteractive
         state = FutexLocked(s)
-        scheduled.store(true, ordering: .sequentiallyConsistent)
+        counts.store(OperationQueue.scheduledBit, ordering: .relaxed) // not yet shared
+        directHint.store(false, ordering: .relaxed)
     }
 
     /// The queue of the main thread: runs its operations there, one at a time.
@@ -291,7 +345,8 @@ open class OperationQueue: @unchecked Sendable {
         let op = BlockOperation(block: barrier)
         let before = state.locked { s -> [Operation] in
             s.lastBarrier = op
-            return s.unfinished
+            // The barrier's `dependencies` will list them.
+            return handOut(s.unfinished)
         }
         // Dependencies on operations that finish meanwhile are satisfied at once.
         for p in before { op.addDependency(p) }
@@ -335,12 +390,14 @@ open class OperationQueue: @unchecked Sendable {
     @inline(__always)
     private func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool, level: Int,
                           fresh: Bool, isBarrier: Bool) {
-        // The operation keeps the queue alive from now on (`queueReference`): a queue
-        // with unfinished operations is not freed, and neither is one whose operations
-        // are being finished. The count goes up under the lock, before the operation
-        // can start, so before it can finish; a waiter (which checks the count under
-        // the lock) sees it.
-        op.queueReference = self
+        // An operation the caller holds keeps the queue alive for as long as it lives
+        // (see `counts`, rule 3); one made here needs only the queue's own reference.
+        // The count goes up under the lock, before the operation can start, so before
+        // it can finish; a waiter (which checks the count under the lock) sees it.
+        if !fresh {
+            op.queueReference = self
+            op.queueHeld = true
+        }
         // The locked section's results, returned rather than written to captured
         // variables (those would cost dynamic exclusivity checks on every add).
         struct Outcome {
@@ -368,6 +425,17 @@ open class OperationQueue: @unchecked Sendable {
             }
             // Counted in (and, when it starts directly, as running) before it can start.
             s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
+            if !s.selfRetained {
+                s.selfRetained = true
+                _ = Unmanaged.passUnretained(self).retain()
+            }
+            // Out of direct mode every finish takes the lock; holding the queue, it can
+            // decrement before it does (see operationFinished). Nobody else can write
+            // the field yet: `operations` needs our lock.
+            if fresh && !s.isDirect {
+                op.queueReference = self
+                op.queueHeld = true
+            }
             if out.direct {
                 op.queueStarted = true
                 out.config = DispatchConfig(s)
@@ -430,53 +498,105 @@ open class OperationQueue: @unchecked Sendable {
         // Written under the lock before the operation could start; we run after it did.
         let started = op.queueStarted
         op.queueDone.store(true, ordering: .releasing)
-        // Both seq_cst. The pairing: a thread switching the queue out of direct mode
-        // stores `scheduled` and then (under the lock) reads `counts` in
-        // takeStartable; we decrement and then read `scheduled`. Either we see the
-        // switch and take the lock to start what waits, or our decrement is visible to
-        // every takeStartable after it — no ready operation is stranded.
         let delta = OperationQueue.oneUnfinished | (started ? 1 : 0)
-        let remaining = Int(counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue >> 32)
-        let needsLock = !started || remaining == 0 || scheduled.load(ordering: .sequentiallyConsistent)
-            || hasProgress.load(ordering: .acquiring) || hasCountObservers.load(ordering: .acquiring)
-        if needsLock {
-            var released: Unmanaged<Operation>? = nil
-            let (start, config, drainWaiters, observers) = state.locked {
-                s -> (Startable, DispatchConfig, [Waiter], [@Sendable (Int) -> Void]) in
-                // Not started by the queue: it may sit in a ready list; skip it there.
-                if !started { op.queueRetired = true }
-                if let p = s.progress, p.totalUnitCount > 0 { p.completedUnitCount += 1 }
-                var w: [Waiter] = []
-                // Re-read under the lock: an operation may have been added since.
-                if unfinishedCount == 0 {
-                    w = s.waiters
-                    s.waiters = []
-                    s.unlinkAll(onto: &released)
-                    if released != nil { s.releasing += 1 }
-                    s.lastBarrier = nil
-                }
-                let observers = s.countObservers.isEmpty ? [] : s.countObservers.map(\.handler)
-                return (s.takeStartable(counts), DispatchConfig(s), w, observers)
-            }
-            // Release what the queue held before waking waiters: a returning wait then
-            // implies the queue no longer keeps any finished operation alive. Waiters
-            // that came while we release it (`releasing` kept them waiting) are ours too.
-            var waiters = drainWaiters
-            if released != nil {
-                OperationQueue.release(released)
-                let late = state.locked { s -> [Waiter] in
-                    s.releasing -= 1
-                    guard s.isDrained(unfinished: unfinishedCount) else { return [] }
-                    defer { s.waiters = [] }
-                    return s.waiters
-                }
-                waiters += late
-            }
-            let count = unfinishedCount
-            for o in observers { o(count) }
-            for w in waiters { w.signal() }
-            dispatch(start, config)
+        if op.queueHeld {
+            // The operation holds the queue, which therefore outlives this call: one RMW
+            // outside the lock (not lengthening the section the adding thread waits
+            // on), then the lock only when there is something to do under it.
+            // seq_cst: pairs with the RMW that sets `scheduledBit` (see there).
+            let now = counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue
+            guard !started || now >> 32 == 0 || now & OperationQueue.scheduledBit != 0
+                    || hasProgress.load(ordering: .acquiring) || hasCountObservers.load(ordering: .acquiring)
+            else { return }
+            finishLocked(op, started: started, delta: nil)
+            return
         }
+        // The lock-free way (`counts`, rule 1): one CAS, then not another access to the
+        // queue, which another finisher may drain and free the moment it succeeds.
+        // The flags are read before it, while the queue is certainly alive.
+        if started && directHint.load(ordering: .relaxed)
+            && !hasProgress.load(ordering: .acquiring) && !hasCountObservers.load(ordering: .acquiring) {
+            // A guess, not a load: a failed CAS returns the value and leaves the line
+            // exclusive here, where a load would fetch it shared and the CAS fetch it
+            // again. (The adding thread writes this line on every add.)
+            var current = OperationQueue.oneUnfinished * 2 | 1
+            while current & OperationQueue.scheduledBit == 0 && current >> 32 >= 2 {
+                // seq_cst: pairs with the RMW that sets `scheduledBit` (see there) and
+                // with the adding thread's count.
+                let (done, now) = counts.compareExchange(
+                    expected: current, desired: current &- delta, ordering: .sequentiallyConsistent)
+                if done { return }
+                current = now
+            }
+        }
+        finishLocked(op, started: started, delta: delta)
+    }
+
+    /// The part of a finish done under the lock, and after it: retiring an operation
+    /// the queue did not start, progress, draining, starting what may start now.
+    /// `delta`: what to take off `counts` under the lock (nil: already taken).
+    private func finishLocked(_ op: Operation, started: Bool, delta: UInt64?) {
+        // The locked part's results, returned rather than written to captured variables
+        // (those would cost dynamic exclusivity checks).
+        struct Outcome {
+            var start = Startable.none
+            var config: DispatchConfig? = nil
+            var waiters: [Waiter] = []
+            var observers: [@Sendable (Int) -> Void] = []
+            var remaining = 0
+            var released: Unmanaged<Operation>? = nil
+            var dropSelf = false
+        }
+        let out = state.locked { s -> Outcome in
+            var out = Outcome()
+            // Zero, read under the lock where operations are counted in, means drained
+            // (`counts`, rule 2).
+            if let delta {
+                out.remaining = Int(counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue >> 32)
+            } else {
+                out.remaining = unfinishedCount
+            }
+            // Not started by the queue: it may sit in a ready list; skip it there.
+            if !started { op.queueRetired = true }
+            if let p = s.progress, p.totalUnitCount > 0 { p.completedUnitCount += 1 }
+            if out.remaining == 0 {
+                out.waiters = s.waiters
+                s.waiters = []
+                s.unlinkAll(onto: &out.released)
+                if out.released != nil { s.releasing += 1 }
+                s.lastBarrier = nil
+                // The queue's reference to itself is ours now (`counts`, rule 2): it
+                // keeps the queue alive until we drop it, last. An operation added
+                // meanwhile makes the queue take another.
+                out.dropSelf = s.selfRetained
+                s.selfRetained = false
+            }
+            if !s.countObservers.isEmpty { out.observers = s.countObservers.map(\.handler) }
+            out.start = s.takeStartable(counts)
+            if !out.start.isEmpty { out.config = DispatchConfig(s) }
+            return out
+        }
+        // Release what the queue held before waking waiters: a returning wait then
+        // implies the queue no longer keeps any finished operation alive. Waiters that
+        // came while we released it (`releasing` kept them waiting) are ours too.
+        var waiters = out.waiters
+        if out.released != nil {
+            OperationQueue.release(out.released)
+            waiters += state.locked { s -> [Waiter] in
+                s.releasing -= 1
+                guard s.isDrained(unfinished: unfinishedCount) else { return [] }
+                defer { s.waiters = [] }
+                return s.waiters
+            }
+        }
+        for o in out.observers { o(out.remaining) }
+        for w in waiters { w.signal() }
+        // Nothing starts when it has drained. When nothing starts and it has not
+        // drained, this finisher is done with the queue, which may have been freed
+        // when we unlocked.
+        if let config = out.config { dispatch(out.start, config) }
+        // Last: this may free the queue.
+        if out.dropSelf { Unmanaged.passUnretained(self).release() }
     }
 
     /// Where started operations go, read under the lock together with them.
@@ -508,8 +628,14 @@ open class OperationQueue: @unchecked Sendable {
     private func startWhatCan(_ change: (inout State) -> Void) {
         let (start, config) = state.locked { s -> (Startable, DispatchConfig) in
             change(&s)
-            // seq_cst, before takeStartable reads `counts`: see operationFinished.
-            scheduled.store(!s.isDirect, ordering: .sequentiallyConsistent)
+            // An RMW, before takeStartable reads `counts`: see `scheduledBit`.
+            if s.isDirect {
+                counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
+            } else {
+                counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
+            }
+            // Relaxed: a hint (see there).
+            directHint.store(s.isDirect, ordering: .relaxed)
             return (s.takeStartable(counts), DispatchConfig(s))
         }
         dispatch(start, config)
@@ -585,7 +711,16 @@ open class OperationQueue: @unchecked Sendable {
     }
 
     /// The operations in the queue that have not finished, in the order they were added.
-    open var operations: [Operation] { state.locked { $0.unfinished } }
+    open var operations: [Operation] { state.locked { handOut($0.unfinished) } }
+
+    /// `ops`, from the queue's list, about to be seen by code other than the queue's:
+    /// one made by the block form of `addOperation` must now hold its queue like any
+    /// other (`counts`, rule 3). Called under the lock, where the list holds them and
+    /// nobody else writes the field.
+    private func handOut(_ ops: [Operation]) -> [Operation] {
+        for op in ops where op.queueReference == nil { op.queueReference = self }
+        return ops
+    }
 
     /// How many operations are in the queue and not finished.
     open var operationCount: Int { unfinishedCount }
@@ -783,8 +918,8 @@ struct UncheckedSendableBox<T>: @unchecked Sendable {
 /// (`Operation.engineTask`): submitting allocates nothing.
 ///
 /// The task holds a retained reference to the operation until it has run it. The
-/// queue is reached through `ownerQueue`, unretained: the operation holds it (see
-/// `Operation.queueReference`).
+/// queue is reached through `ownerQueue`, unretained: it holds itself until the
+/// operation is counted finished (see `OperationQueue.counts`).
 enum OpTask {
     /// Where the node is: the first stored property, just past the object header.
     @inline(__always)

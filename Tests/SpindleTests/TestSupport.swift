@@ -15,6 +15,8 @@ enum Stress {
         return isTSan ? max(1, n / 10) : n
     }
     static let isTSan: Bool = ProcessInfo.processInfo.environment["SPINDLE_TSAN"] == "1"
+    /// Set by CI's AddressSanitizer run, whose redzones make memory measurements moot.
+    static let isASan: Bool = ProcessInfo.processInfo.environment["SPINDLE_ASAN"] == "1"
 }
 
 /// Names of this process's threads, from /proc/self/task/*/comm.
@@ -39,6 +41,11 @@ func runChild(_ executable: String, _ arguments: [String], environment: [String:
     let p = Process()
     p.executableURL = URL(fileURLWithPath: executable)
     p.arguments = arguments
+    // A sanitizer's options go to the children too: the test binary runs itself.
+    var environment = environment
+    for key in ["ASAN_OPTIONS", "TSAN_OPTIONS", "SPINDLE_ASAN", "SPINDLE_TSAN"] where environment[key] == nil {
+        environment[key] = ProcessInfo.processInfo.environment[key]
+    }
     p.environment = environment
     let out = Pipe()
     p.standardOutput = out

@@ -474,7 +474,10 @@ final class ThreadPoolTests: XCTestCase {
         }
         XCTAssertEqual(ours(), 0, "worker threads outlived their pools")
         let grown = residentBytes() - rss0
-        XCTAssertLessThan(grown, 8 << 20, "resident memory grew \(grown) bytes over the cycles")
+        // AddressSanitizer keeps freed memory in quarantine: resident size says nothing.
+        if !Stress.isASan {
+            XCTAssertLessThan(grown, 8 << 20, "resident memory grew \(grown) bytes over the cycles")
+        }
         // The check can see workers: one live pool shows up.
         let live = try ThreadPool(configuration: c)
         XCTAssertEqual(ours(), live.workerCount)
