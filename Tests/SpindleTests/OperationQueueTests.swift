@@ -422,9 +422,11 @@ final class OperationQueueTests: XCTestCase {
         // other finishers may still be on their way through its lock (a width limit,
         // a count observer, progress), an operation may add another from inside, the
         // queue may drain and be refilled, and handed-out operations may be cancelled
-        // from another thread after the queue was dropped. A use-after-free here is a
-        // crash, a lost operation, or a report under ThreadSanitizer; a queue that never
-        // drops its own reference fails the last check.
+        // from another thread after the queue was dropped. A use-after-free here is
+        // reported under AddressSanitizer (CI runs it; a variant that dropped the
+        // reference before its finisher's last access was caught at once), and may be
+        // a crash or a lost operation without it; a queue that never drops its own
+        // reference fails the last check.
         final class WeakQueue: @unchecked Sendable {
             weak var queue: OperationQueue?
             init(_ q: OperationQueue) { queue = q }
