@@ -267,10 +267,6 @@ open class OperationQueue: @unchecked Sendable {
     /// its CAS; on that line (which the adding thread keeps writing) the reads would
     /// fetch it shared, and the CAS fetch it again to own it.
     private let countsPadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
-    /// Whether the queue is in direct mode, as a hint for finishers: when it is not,
-    /// they go straight to the lock instead of trying a CAS that ``scheduledBit`` would
-    /// fail. Written with the bit, under the lock; correctness rests on the bit alone.
-    let directHint = Atomic<Bool>(true)
     /// Set once ``progress`` is read, so that queues nobody tracks skip the lock.
     let hasProgress = Atomic<Bool>(false)
     /// Set once anyone observes `operationCount`, so unobserved queues skip the work.
@@ -290,7 +286,6 @@ open class OperationQueue: @unchecked Sendable {
         s.qualityOfService = .userInteractive
         state = FutexLocked(s)
         counts.store(OperationQueue.scheduledBit, ordering: .relaxed) // not yet shared
-        directHint.store(false, ordering: .relaxed)
     }
 
     /// The queue of the main thread: runs its operations there, one at a time.
@@ -514,9 +509,10 @@ open class OperationQueue: @unchecked Sendable {
         }
         // The lock-free way (`counts`, rule 1): one CAS, then not another access to the
         // queue, which another finisher may drain and free the moment it succeeds.
-        // The flags are read before it, while the queue is certainly alive.
-        if started && directHint.load(ordering: .relaxed)
-            && !hasProgress.load(ordering: .acquiring) && !hasCountObservers.load(ordering: .acquiring) {
+        // The flags are read before it, while the queue is certainly alive. (Out of
+        // direct mode the CAS fails on `scheduledBit`: only operations added in direct
+        // mode get here, and those that finish after a switch are rare.)
+        if started && !hasProgress.load(ordering: .acquiring) && !hasCountObservers.load(ordering: .acquiring) {
             // A guess, not a load: a failed CAS returns the value and leaves the line
             // exclusive here, where a load would fetch it shared and the CAS fetch it
             // again. (The adding thread writes this line on every add.)
@@ -635,8 +631,6 @@ open class OperationQueue: @unchecked Sendable {
             } else {
                 counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
             }
-            // Relaxed: a hint (see there).
-            directHint.store(s.isDirect, ordering: .relaxed)
             return (s.takeStartable(counts), DispatchConfig(s))
         }
         dispatch(start, config)
