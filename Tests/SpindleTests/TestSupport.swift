@@ -19,14 +19,17 @@ enum Stress {
     static let isASan: Bool = ProcessInfo.processInfo.environment["SPINDLE_ASAN"] == "1"
 }
 
-/// Names of this process's threads, from /proc/self/task/*/comm.
-func threadNames() -> [String] {
+/// This process's threads: their ids and names, from /proc/self/task/*/comm.
+func threads() -> [(tid: String, name: String)] {
     let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-    return tasks.compactMap {
-        (try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8))?
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+    return tasks.compactMap { tid in
+        (try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8))
+            .map { (tid, $0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 }
+
+/// Names of this process's threads.
+func threadNames() -> [String] { threads().map(\.name) }
 
 /// Resident set size of this process, in bytes.
 func residentBytes() -> Int {

@@ -618,11 +618,7 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(seen.creator.map { $0 & usr2 }, usr2)
         XCTAssertEqual(seen.worker, seen.creator, "a worker's blocked signals")
         // The spawner: the one thread of this process named spindle-spawn.
-        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")
-        let spawner = tasks.filter {
-            (try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8))?
-                .trimmingCharacters(in: .whitespacesAndNewlines) == "spindle-spawn"
-        }
+        let spawner = threads().filter { $0.name == "spindle-spawn" }.map(\.tid)
         XCTAssertEqual(spawner.count, 1, "one spawner thread")
         if let tid = spawner.first {
             let blocked = UInt64(threadStatus("SigBlk", of: "/proc/self/task/\(tid)/status"), radix: 16) ?? 0
