@@ -28,7 +28,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     /// Creates an operation that runs `block`.
     public convenience init(block: consuming @escaping @Sendable () -> Void) {
         self.init()
-        blockBody = block
+        blockBody = BlockBody(block)
     }
 
     /// Adds a block to run concurrently with the others. Traps once the operation has
@@ -44,14 +44,14 @@ open class BlockOperation: Operation, @unchecked Sendable {
     /// The blocks, in the order they were added.
     open var executionBlocks: [@Sendable () -> Void] {
         let added = moreBlocks?.blocks.locked { $0 } ?? []
-        return blockBody.map { [$0] + added } ?? added
+        return blockBody.block.map { [$0] + added } ?? added
     }
 
     /// Runs every block — concurrently on the pool when there are several — and returns
     /// when all have returned.
     open override func main() {
         if !hasMoreBlocks {
-            blockBody?()
+            blockBody.run()
             return
         }
         let all = executionBlocks
