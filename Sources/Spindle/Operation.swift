@@ -190,8 +190,30 @@ open class Operation: @unchecked Sendable {
     /// to `enqueue`, which evaluates readiness itself.
     @exclusivity(unchecked) var queueLinked = false
     /// Set when the queue has counted this operation finished; it may then be pruned
-    /// from the queue's list, by another thread, without the finishing thread's help.
+    /// from the queue's list, by another thread, without the finishing thread's help
+    /// (once its runner is done with it too: see `runState`).
     let queueDone = Atomic<Bool>(false)
+    /// Who still needs the queue list's reference to this operation, for one the queue
+    /// started: `runnerDone` is set by the thread that ran it, after its last access;
+    /// `listGone` by a drain that unlinked it before that. Whoever sets the second bit
+    /// releases the list's reference.
+    ///
+    /// The runner borrows that reference instead of holding one of its own: a retain
+    /// on the adding thread and a release on the worker fewer per operation (3-4% of
+    /// the adding thread's time in the `operation-throughput` profile). Pruning, which
+    /// releases most operations, only takes one whose runner is done; a drain, which
+    /// releases everything linked, may meet one whose runner is still returning from
+    /// it — both sides then use one RMW here, and the later one releases.
+    let runState = Atomic<UInt8>(0)
+    static let runnerDone: UInt8 = 1
+    static let listGone: UInt8 = 2
+
+    /// Whether the queue's list may release its reference now: the queue never started
+    /// it, or its runner is done with it (acquiring: pairs with the runner's RMW, so
+    /// its accesses happen before the release).
+    var runnerIsDone: Bool {
+        !queueStarted || runState.load(ordering: .acquiring) & Operation.runnerDone != 0
+    }
 
     /// ``BlockOperation``'s blocks, kept here so that it has no stored properties of its
     /// own (see there). The first block is immutable, so running it takes no lock and no

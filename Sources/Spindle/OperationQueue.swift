@@ -110,20 +110,21 @@ open class OperationQueue: @unchecked Sendable {
         ///   per operation added in the `operation-throughput` benchmark, against
         ///   0.03-0.1 with this slack (and the look-ahead).
         ///
-        /// The finished operations are kept 64 behind the workers: by then the worker
-        /// that ran one has long dropped its own reference, so the release here is the
-        /// last and the memory is freed on this thread — which allocates the next
-        /// operation from the same thread cache. Pruning right behind the workers made
-        /// them free it instead, and glibc then served every allocation here from its
-        /// slow path (a quarter of the adding thread's time in the operation-throughput
-        /// profile).
+        /// The finished operations are kept 64 behind the workers, and one is taken
+        /// only once its runner is done with it (`Operation.runState`): the release here
+        /// is then the last, and the memory is freed on this thread — which allocates
+        /// the next operation from the same thread cache. (When runners held references
+        /// of their own, pruning right behind them made them free the operations
+        /// instead, and glibc then served every allocation here from its slow path: a
+        /// quarter of the adding thread's time in the operation-throughput profile.)
+        /// The lag also keeps this thread from reading lines the workers still write.
         mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
             if linked > unfinished + 64 {
                 var cursor = head, steps = 0, unlinked = 0
                 while let u = cursor, steps < 4, unlinked < 2 {
                     cursor = u._withUnsafeGuaranteedRef { op in
                         let next = op.queueNext
-                        if op.queueDone.load(ordering: .acquiring) {
+                        if op.queueDone.load(ordering: .acquiring) && op.runnerIsDone {
                             unlink(op, onto: &released)
                             unlinked += 1
                         }
@@ -137,15 +138,38 @@ open class OperationQueue: @unchecked Sendable {
             while let u = cursor {
                 cursor = u._withUnsafeGuaranteedRef { op in
                     let next = op.queueNext
-                    if op.queueDone.load(ordering: .acquiring) { unlink(op, onto: &released) }
+                    if op.queueDone.load(ordering: .acquiring) && op.runnerIsDone { unlink(op, onto: &released) }
                     return next
                 }
             }
         }
 
-        /// Unlinks everything (the queue has drained: all of it has finished).
+        /// Unlinks everything (the queue has drained: all of it has finished). An
+        /// operation whose runner has not yet returned from it is left to that runner
+        /// to release (`Operation.runState`).
         mutating func unlinkAll(onto released: inout Unmanaged<Operation>?) {
-            while let h = head { h._withUnsafeGuaranteedRef { unlink($0, onto: &released) } }
+            while let u = head {
+                let next = u._withUnsafeGuaranteedRef { op -> Unmanaged<Operation>? in
+                    let next = op.queueNext
+                    op.queuePrev = nil
+                    op.queueNext = nil
+                    return next
+                }
+                head = next
+                if let next { next._withUnsafeGuaranteedRef { $0.queuePrev = nil } } else { tail = nil }
+                linked -= 1
+                // The last access unless the reference is ours: once `listGone` is set,
+                // the runner may release the operation at any moment.
+                let ours = u._withUnsafeGuaranteedRef { op in
+                    !op.queueStarted
+                        || op.runState.bitwiseOr(Operation.listGone, ordering: .acquiringAndReleasing).oldValue
+                            & Operation.runnerDone != 0
+                }
+                if ours {
+                    u._withUnsafeGuaranteedRef { $0.queueNext = released }
+                    released = u
+                }
+            }
         }
 
         /// The unfinished operations, in the order they were added.
@@ -615,7 +639,10 @@ open class OperationQueue: @unchecked Sendable {
     private func dispatch(_ op: Operation, _ config: DispatchConfig) {
         if let underlying = config.underlying {
             let run = UncheckedSendableBox((self, op))
-            underlying.async { run.value.0.run(run.value.1) }
+            underlying.async {
+                run.value.0.run(run.value.1)
+                OpTask.runnerDone(Unmanaged.passUnretained(run.value.1))
+            }
         } else {
             OpTask.submit(op, pool: QoSPools.engine(for: op.effectiveQoS(queueDefault: config.qualityOfService)))
         }
@@ -912,9 +939,10 @@ struct UncheckedSendableBox<T>: @unchecked Sendable {
 /// An operation submitted to the pool, through the task node inside it
 /// (`Operation.engineTask`): submitting allocates nothing.
 ///
-/// The task holds a retained reference to the operation until it has run it. The
-/// queue is reached through `ownerQueue`, unretained: it holds itself until the
-/// operation is counted finished (see `OperationQueue.counts`).
+/// The task holds no reference to the operation: its runner borrows the one the
+/// queue's list holds, which the list does not release before the runner is done
+/// (`Operation.runState`). The queue is reached through `ownerQueue`, unretained: it
+/// holds itself until the operation is counted finished (see `OperationQueue.counts`).
 enum OpTask {
     /// Where the node is: the first stored property, just past the object header.
     @inline(__always)
@@ -925,10 +953,24 @@ enum OpTask {
     /// The object header's size: the node's offset from the object's address.
     static let headerSize = 2 * MemoryLayout<UnsafeRawPointer>.size
 
-    /// The operation whose node `task` is, taking over the reference `submit` left.
+    /// The operation whose node `task` is. Unretained: the runner borrows the queue
+    /// list's reference until `runnerDone` (see `Operation.runState`).
     @inline(__always)
-    static func operation(takingFrom task: UnsafeMutablePointer<spindle_task>) -> Operation {
-        Unmanaged<Operation>.fromOpaque(UnsafeRawPointer(task) - headerSize).takeRetainedValue()
+    static func operation(of task: UnsafeMutablePointer<spindle_task>) -> Unmanaged<Operation> {
+        Unmanaged<Operation>.fromOpaque(UnsafeRawPointer(task) - headerSize)
+    }
+
+    /// The runner's last access to `op`, which it ran: from here the queue's list may
+    /// release it — or, if a drain has already unlinked it, the runner releases it.
+    @inline(__always)
+    static func runnerDone(_ op: Unmanaged<Operation>) {
+        // acq_rel: release orders the runner's accesses before whoever releases the
+        // operation; acquire, when the drain came first, orders its unlinking (its
+        // writes to the operation) before our release.
+        let before = op._withUnsafeGuaranteedRef {
+            $0.runState.bitwiseOr(Operation.runnerDone, ordering: .acquiringAndReleasing).oldValue
+        }
+        if before & Operation.listGone != 0 { op.release() }
     }
 
     /// How many operations a chain runner runs from the continuation slot between
@@ -951,7 +993,7 @@ enum OpTask {
     /// finishing the operation this runner is running — not while its `main()` runs, so
     /// an operation that becomes ready then is not made to wait for it. Every
     /// `chainLength` operations the runner yields if anything else waits.
-    static func runChain(_ first: Operation) {
+    static func runChain(_ first: Unmanaged<Operation>) {
         let ts = ThreadState.unmanagedCurrent
         // Saved and restored: a worker waiting inside an operation runs other tasks,
         // and so other chains, nested in this one.
@@ -961,12 +1003,15 @@ enum OpTask {
         }
         var op = first
         while true {
-            op.ownerQueue.unsafelyUnwrapped._withUnsafeGuaranteedRef { $0.run(op) }
+            op._withUnsafeGuaranteedRef { op in
+                op.ownerQueue.unsafelyUnwrapped._withUnsafeGuaranteedRef { $0.run(op) }
+            }
+            runnerDone(op)
             guard let next = ts._withUnsafeGuaranteedRef({ ts -> Unmanaged<Operation>? in
                 defer { ts.chainNext = nil }
                 return ts.chainNext
             }) else { break }
-            op = next.takeRetainedValue()
+            op = next
         }
         ts._withUnsafeGuaranteedRef { ts in
             ts.chainOpen = saved.0
@@ -989,7 +1034,7 @@ enum OpTask {
                 ts.chainBudget = chainLength
             }
             ts.chainBudget -= 1
-            ts.chainNext = Unmanaged.passRetained(op)
+            ts.chainNext = Unmanaged.passUnretained(op) // borrowed, as by a task
             return true
         }
     }
@@ -1001,9 +1046,8 @@ enum OpTask {
         node.pointee.run = { task, _ in
             // A pool only cancels tasks when it is destroyed; the pools operations
             // run on live for the whole process, so every task runs.
-            OpTask.runChain(OpTask.operation(takingFrom: task.unsafelyUnwrapped))
+            OpTask.runChain(OpTask.operation(of: task.unsafelyUnwrapped))
         }
-        _ = Unmanaged.passRetained(op)
         let rc = spindle_submit_task(pool, node)
         // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool), so this
         // cannot fail short of a bug in the engine.

@@ -23,8 +23,9 @@ final class ThreadState {
     /// The operation whose finish protocol this thread is in, when it is the one the
     /// chain runner is running: operations started by that finish may take the slot.
     @exclusivity(unchecked) var finishing: Unmanaged<Operation>?
-    /// An operation its queue has started (counted as running), retained, for the
-    /// chain runner to run next on this thread instead of submitting it to the pool.
+    /// An operation its queue has started (counted as running), for the chain runner
+    /// to run next on this thread instead of submitting it to the pool. Unretained, as
+    /// a task is: the runner borrows the queue list's reference (`Operation.runState`).
     @exclusivity(unchecked) var chainNext: Unmanaged<Operation>?
     /// True while this thread is inside `releaseIteratively`.
     var draining = false

@@ -391,8 +391,7 @@ final class OperationQueueTests: XCTestCase {
             XCTAssertNotNil(node.pointee.run, "the node OpTask computes is not `engineTask`")
             node.pointee.run = nil
             XCTAssertNil(op.engineTask.run, "the node OpTask computes is not `engineTask`")
-            _ = Unmanaged.passRetained(op)
-            XCTAssertTrue(OpTask.operation(takingFrom: node) === op, "the header size is wrong")
+            XCTAssertTrue(OpTask.operation(of: node).takeUnretainedValue() === op, "the header size is wrong")
         }
     }
 
@@ -414,6 +413,102 @@ final class OperationQueueTests: XCTestCase {
         var spins = 0
         while weakQueue != nil && spins < 5000 { usleep(1000); spins += 1 }
         XCTAssertNil(weakQueue, "an emptied queue nobody references must be freed")
+    }
+
+    func testAnOperationFinishedBeforeItsStartReturnsLivesUntilItReturnsAndIsThenFreed() {
+        // The worker running an operation borrows the queue list's reference to it. Here
+        // the operation finishes inside its own `start()`, so the queue drains — and
+        // unlinks everything — while that `start()` has not returned: the drain must
+        // leave the reference to the runner, which releases it once `start()` returns.
+        // Released at the drain, the operation would be freed under its own `start()`
+        // (a use-after-free below, reported under AddressSanitizer); never released, it
+        // would leak (the last check).
+        final class Lingering: Operation, @unchecked Sendable {
+            let gate: DispatchSemaphore
+            let done = Atomic<Bool>(false)
+            var touchedAfterFinishing = 0
+            init(gate: DispatchSemaphore) { self.gate = gate }
+            override var isAsynchronous: Bool { true }
+            override var isFinished: Bool { done.load(ordering: .acquiring) }
+            override func start() {
+                willChangeValue(forKey: "isFinished")
+                done.store(true, ordering: .releasing)
+                didChangeValue(forKey: "isFinished")
+                gate.wait()
+                touchedAfterFinishing += 1
+            }
+        }
+        final class WeakOperation: @unchecked Sendable {
+            weak var op: Operation?
+        }
+        let gate = DispatchSemaphore(value: 0)
+        let weak = WeakOperation()
+        let q = OperationQueue()
+        do {
+            let op = Lingering(gate: gate)
+            weak.op = op
+            q.addOperation(op)
+        }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(q.operationCount, 0)
+        XCTAssertNotNil(weak.op, "freed while its start() was still running")
+        gate.signal()
+        var spins = 0
+        while weak.op != nil && spins < 5000 { usleep(1000); spins += 1 }
+        XCTAssertNil(weak.op, "the runner did not release the reference the drain left it")
+    }
+
+    func testTheListReleasesAStartedOperationOnlyOnceItsRunnerIsDone() {
+        // The protocol behind the test above, step by step and without the scheduler (a
+        // debug build's extra retains around `start()` can hide an early release there).
+        final class WeakOperation: @unchecked Sendable {
+            weak var op: Operation?
+        }
+        for runnerFirst in [false, true] {
+            let weak = WeakOperation()
+            var state = OperationQueue.State(name: "drain-protocol")
+            let u = Unmanaged<Operation>.passRetained(BlockOperation {}) // the list's reference
+            u._withUnsafeGuaranteedRef { op in
+                weak.op = op
+                state.link(u, op)
+                op.queueStarted = true
+            }
+            if runnerFirst { OpTask.runnerDone(u) }
+            var released: Unmanaged<Operation>? = nil
+            state.unlinkAll(onto: &released)
+            XCTAssertEqual(state.linked, 0)
+            XCTAssertNil(state.head)
+            if runnerFirst {
+                XCTAssertNotNil(released, "the runner was done: the drain releases the operation")
+                OperationQueue.release(released)
+                XCTAssertNil(weak.op)
+            } else {
+                XCTAssertNil(released, "the drain released an operation its runner still borrows")
+                XCTAssertNotNil(weak.op)
+                OpTask.runnerDone(u)
+                XCTAssertNil(weak.op, "the runner did not release the reference the drain left it")
+            }
+        }
+        // Pruning takes only operations whose runner is done, however many have finished.
+        var state = OperationQueue.State(name: "prune-protocol")
+        var ops: [Unmanaged<Operation>] = []
+        for _ in 0..<400 {
+            let u = Unmanaged<Operation>.passRetained(BlockOperation {})
+            u._withUnsafeGuaranteedRef { op in
+                state.link(u, op)
+                op.queueStarted = true
+                op.queueDone.store(true, ordering: .releasing)
+            }
+            ops.append(u)
+        }
+        var released: Unmanaged<Operation>? = nil
+        state.prune(unfinished: 0, onto: &released)
+        XCTAssertNil(released, "pruned operations whose runners still borrow them")
+        XCTAssertEqual(state.linked, 400)
+        for u in ops { OpTask.runnerDone(u) }
+        state.prune(unfinished: 0, onto: &released)
+        XCTAssertEqual(state.linked, 0, "finished operations whose runners are done stay linked")
+        OperationQueue.release(released)
     }
 
     func testQueuesDroppedWhileTheirOperationsFinishAreFreedAfterTheLastOne() {
