@@ -89,12 +89,18 @@ open class OperationQueue: @unchecked Sendable {
         /// Takes `op` off the list and pushes it on `released`, a chain (through
         /// `queueNext`) of references for the caller to release outside the lock.
         mutating func unlink(_ op: Operation, onto released: inout Unmanaged<Operation>?) {
+            detach(op)
+            op.queueNext = released
+            released = Unmanaged.passUnretained(op)
+        }
+
+        /// Takes `op` off the list, leaving the list's reference to it with the caller.
+        mutating func detach(_ op: Operation) {
             let prev = op.queuePrev, next = op.queueNext
             if let prev { prev._withUnsafeGuaranteedRef { $0.queueNext = next } } else { head = next }
             if let next { next._withUnsafeGuaranteedRef { $0.queuePrev = prev } } else { tail = prev }
             op.queuePrev = nil
-            op.queueNext = released
-            released = Unmanaged.passUnretained(op)
+            op.queueNext = nil
             linked -= 1
         }
 
@@ -149,25 +155,17 @@ open class OperationQueue: @unchecked Sendable {
         /// to release (`Operation.runState`).
         mutating func unlinkAll(onto released: inout Unmanaged<Operation>?) {
             while let u = head {
-                let next = u._withUnsafeGuaranteedRef { op -> Unmanaged<Operation>? in
-                    let next = op.queueNext
-                    op.queuePrev = nil
-                    op.queueNext = nil
-                    return next
-                }
-                head = next
-                if let next { next._withUnsafeGuaranteedRef { $0.queuePrev = nil } } else { tail = nil }
-                linked -= 1
-                // The last access unless the reference is ours: once `listGone` is set,
-                // the runner may release the operation at any moment.
-                let ours = u._withUnsafeGuaranteedRef { op in
-                    !op.queueStarted
+                u._withUnsafeGuaranteedRef { op in
+                    detach(op)
+                    // The last access unless the reference is ours: once `listGone` is
+                    // set, the runner may release the operation at any moment.
+                    let ours = !op.queueStarted
                         || op.runState.bitwiseOr(Operation.listGone, ordering: .acquiringAndReleasing).oldValue
                             & Operation.runnerDone != 0
-                }
-                if ours {
-                    u._withUnsafeGuaranteedRef { $0.queueNext = released }
-                    released = u
+                    if ours {
+                        op.queueNext = released
+                        released = u
+                    }
                 }
             }
         }
