@@ -19,7 +19,8 @@ let package = Package(
     ],
     targets: [
         // The engine. C11; `_GNU_SOURCE` for sched_getaffinity, pthread_setname_np and
-        // the futex syscall; libnuma (libnuma-dev, installed by scripts/) for NUMA. No unsafe flags, so the package stays usable as a dependency:
+        // the futex syscall; libnuma (libnuma-dev, installed by scripts/) for NUMA. No
+        // unsafe flags, so the package stays usable as a dependency:
         // `scripts/check-c.sh` compiles the same sources with -Wall -Wextra -Werror.
         .target(
             name: "CSpindle",
@@ -30,10 +31,19 @@ let package = Package(
             name: "Spindle",
             dependencies: ["CSpindle"]
         ),
+        // C helpers for the benchmark only: the bare futex hand-off that
+        // `qos-under-load` reports beside Spindle (Benchmarks/BenchSupport/handoff.c).
+        .target(
+            name: "BenchSupport",
+            path: "Benchmarks/BenchSupport",
+            cSettings: [.define("_GNU_SOURCE")],
+            linkerSettings: [.linkedLibrary("pthread")]
+        ),
         .executableTarget(
             name: "bench",
             dependencies: [
                 "Spindle",
+                "BenchSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],

@@ -1,3 +1,4 @@
+import BenchSupport
 import Dispatch
 import Foundation
 import Histogram
@@ -65,15 +66,61 @@ func latencyCase(pool: ThreadPool, samples: Int, reps: Int) throws -> CaseResult
         note: "p50 ratio is the median of per-repetition p50 ratios; percentiles are over all repetitions")
 }
 
+/// The bare futex hand-off (Benchmarks/BenchSupport/handoff.c): one parked thread per
+/// CPU, pinned, at the given nice and slice; a submission wakes the one on the
+/// submitter's CPU. What starting a task on a parked thread costs at least.
+final class HandoffFloor {
+    private let raw: OpaquePointer
+
+    private final class Body {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+
+    init(nice: Int32, sliceNanoseconds: UInt64) throws {
+        var niceError: Int32 = 0, sliceError: Int32 = 0
+        guard let raw = bench_handoff_create(nice, sliceNanoseconds, &niceError, &sliceError) else {
+            throw BenchFailure("handoff-floor: could not start its threads (errno \(errno))")
+        }
+        self.raw = raw
+        // Asked for what Spindle's workers got, so a refusal means the comparison is off.
+        if niceError != 0 || sliceError != 0 {
+            bench_handoff_destroy(raw)
+            throw BenchFailure("handoff-floor: nice \(nice) or slice refused (errno \(niceError), \(sliceError))")
+        }
+    }
+
+    func submit(_ body: @escaping @Sendable () -> Void) {
+        bench_handoff_submit(raw, { ctx in
+            Unmanaged<Body>.fromOpaque(ctx!).takeRetainedValue().run()
+        }, Unmanaged.passRetained(Body(body)).toOpaque())
+    }
+
+    deinit { bench_handoff_destroy(raw) }
+}
+
 /// Background work saturating every CPU; userInteractive tasks submitted one at a time;
 /// their submit→start latency. Spindle: a background worker set at nice +10 and a
 /// userInteractive one at nice −4 (0 when the process may not lower its nice).
 /// Dispatch: `global(qos: .background)` and `global(qos: .userInteractive)`.
+///
+/// A third system, `handoff-floor`, runs each task on a bare parked thread instead
+/// (`HandoffFloor`), under the same background load as Spindle's, at the nice Spindle's
+/// userInteractive workers got and with their scheduler slice. It is not a competitor:
+/// it is the least that any pool which parks its idle threads pays to start a task, in
+/// the same run, so the table shows how far Spindle is from it and what the case's
+/// target (Spindle's p99 at most 0.2× Dispatch's) asks of anything that parks.
 func qosUnderLoadCase(samples: Int, reps: Int, cpus: Int) throws -> CaseResult {
     let background = ThreadPool.forQualityOfService(.background)
     let interactive = ThreadPool.forQualityOfService(.userInteractive)
-    var recs = ["spindle": LatencyRecorder(), "dispatch": LatencyRecorder()]
-    var p99s = ["spindle": [Double](), "dispatch": [Double]()]
+    // Spindle's workers ask for this slice unless configured otherwise
+    // (ThreadPool.Configuration.timeSlice); 0 when the kernel refused it to them.
+    let floor = try HandoffFloor(nice: interactive.effectiveNice,
+                                 sliceNanoseconds: interactive.timeSliceError == nil ? 100_000 : 0)
+    let systems = ["spindle", "dispatch", "handoff-floor"]
+    var recs = [String: LatencyRecorder]()
+    var p99s = [String: [Double]]()
+    for s in systems { recs[s] = LatencyRecorder(); p99s[s] = [] }
 
     /// Keeps `lanes` chunks of ~1 ms of busy work in flight until `stop` is set; each
     /// chunk resubmits itself, so the load never drains and never piles up.
@@ -89,12 +136,13 @@ func qosUnderLoadCase(samples: Int, reps: Int, cpus: Int) throws -> CaseResult {
             chunks.add(1, ordering: .relaxed)
         }
     }
+    /// Dispatch's background queue for Dispatch; Spindle's background pool otherwise.
     func saturate(_ name: String) -> Load {
         let load = Load()
         let lanes = cpus * 2
         for _ in 0..<lanes {
             load.running.add(1, ordering: .relaxed)
-            if name == "spindle" {
+            if name != "dispatch" {
                 @Sendable func chunk() {
                     load.spin()
                     if load.stop.load(ordering: .acquiring) { load.running.subtract(1, ordering: .relaxed); return }
@@ -124,27 +172,32 @@ func qosUnderLoadCase(samples: Int, reps: Int, cpus: Int) throws -> CaseResult {
     }
 
     for r in 0..<reps {
-        let order = r % 2 == 0 ? ["spindle", "dispatch"] : ["dispatch", "spindle"]
-        for name in order {
+        for name in r % 2 == 0 ? systems : systems.reversed() {
             let load = saturate(name)
             var rec = LatencyRecorder()
-            if name == "spindle" {
+            switch name {
+            case "spindle":
                 _ = try sampleLatency(samples, gapMicros: 2000, into: &rec) { try interactive.submit($0) }
-            } else {
+            case "dispatch":
                 _ = try sampleLatency(samples, gapMicros: 2000, into: &rec) { DispatchQueue.global(qos: .userInteractive).async(execute: $0) }
+            default:
+                _ = try sampleLatency(samples, gapMicros: 2000, into: &rec) { floor.submit($0) }
             }
             try drain(load)
             p99s[name]!.append(Double(rec.histogram.valueAtPercentile(99)))
             recs[name]!.histogram.add(rec.histogram)
         }
-        progress("[qos-under-load] rep \(r + 1)/\(reps): p99 spindle \(fmt(p99s["spindle"]!.last!)) ns, dispatch \(fmt(p99s["dispatch"]!.last!)) ns")
+        progress("[qos-under-load] rep \(r + 1)/\(reps): p99 " + systems.map { "\($0) \(fmt(p99s[$0]!.last!)) ns" }.joined(separator: ", "))
+    }
+    func ratio(_ a: String, _ b: String) -> Ratio {
+        Ratio(system: a, vs: b, median: median(zip(p99s[a]!, p99s[b]!).map { $0 / $1 }))
     }
     let nice = interactive.niceError == nil ? "\(interactive.effectiveNice)" : "\(interactive.effectiveNice) (negative nice refused: errno \(interactive.niceError!))"
     return CaseResult(
         name: "qos-under-load", tasks: samples, reps: reps, metric: .latency,
-        systems: ["spindle", "dispatch"].map { SystemResult(system: $0, tasks: samples, samples: p99s[$0]!, percentiles: recs[$0]!.percentiles()) },
-        ratios: [Ratio(system: "spindle", vs: "dispatch", median: median(zip(p99s["spindle"]!, p99s["dispatch"]!).map { $0 / $1 }))],
-        note: "userInteractive start latency under \(cpus * 2) lanes of background load; the ratio is of p99s; spindle userInteractive workers at nice \(nice), background at \(background.effectiveNice)")
+        systems: systems.map { SystemResult(system: $0, tasks: samples, samples: p99s[$0]!, percentiles: recs[$0]!.percentiles()) },
+        ratios: [ratio("spindle", "dispatch"), ratio("handoff-floor", "dispatch"), ratio("spindle", "handoff-floor")],
+        note: "userInteractive start latency under \(cpus * 2) lanes of background load; the ratio is of p99s; spindle userInteractive workers at nice \(nice), background at \(background.effectiveNice); handoff-floor: a bare futex wake of a parked thread pinned to the submitter's CPU, at the same nice and slice, under Spindle's background load")
 }
 
 /// CPU consumed while idle, after a warm-up, over the same intervals: Spindle's pools

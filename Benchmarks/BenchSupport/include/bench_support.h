@@ -1,0 +1,28 @@
+/*
+ * bench_support.h — C helpers for the benchmark only (not part of Spindle).
+ */
+#ifndef BENCH_SUPPORT_H
+#define BENCH_SUPPORT_H
+
+#include <stdint.h>
+
+/* The bare wake-up hand-off that `qos-under-load` reports beside Spindle and Dispatch
+ * (handoff.c): one parked thread per allowed CPU, pinned to it, at the given nice and
+ * scheduler slice, each with a one-task mailbox; a submission goes to the thread of
+ * the submitter's own CPU and wakes it with one futex call. No queue, no search, no
+ * bookkeeping: what any pool that parks its idle threads pays at least. */
+typedef struct bench_handoff bench_handoff;
+
+/* NULL on failure (errno set). `nice_error` / `slice_error` receive the errno of a
+ * refused nice or slice (0 when applied): the threads then keep the creator's. */
+bench_handoff *bench_handoff_create(int nice, uint64_t slice_ns, int *nice_error, int *slice_error);
+
+/* Runs fn(ctx) on the thread of the calling thread's CPU. One task at a time per
+ * thread: a submission to a thread whose previous task has not started yet waits for
+ * it (the benchmark submits one and waits for it to start before the next). */
+void bench_handoff_submit(bench_handoff *h, void (*fn)(void *), void *ctx);
+
+/* Stops and joins the threads. */
+void bench_handoff_destroy(bench_handoff *h);
+
+#endif
