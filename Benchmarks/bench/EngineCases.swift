@@ -143,6 +143,14 @@ func forkJoinCase(pool: ThreadPool, n: Int, cutoff: Int, reps: Int) throws -> Ca
             try check(r, "taskgroup")
             return t
         },
+        // The same TaskGroup code with Spindle's pool as its task executor
+        // (ThreadPool+TaskExecutor.swift): what async code gains or loses by moving
+        // from the cooperative pool onto Spindle's workers.
+        SystemRun(name: "taskgroup-on-spindle") {
+            let (t, r) = timed { blockOn { await withTaskExecutorPreference(pool) { await fibTaskGroup(n, cutoff) } } }
+            try check(r, "taskgroup-on-spindle")
+            return t
+        },
     ])
     result.note = "fib(\(n)), cut-off \(cutoff): \(spawns) forks"
     return result
