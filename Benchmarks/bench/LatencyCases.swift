@@ -113,10 +113,11 @@ final class HandoffFloor {
 func qosUnderLoadCase(samples: Int, reps: Int, cpus: Int) throws -> CaseResult {
     let background = ThreadPool.forQualityOfService(.background)
     let interactive = ThreadPool.forQualityOfService(.userInteractive)
-    // Spindle's workers ask for this slice unless configured otherwise
-    // (ThreadPool.Configuration.timeSlice); 0 when the kernel refused it to them.
+    // What Spindle's interactive workers got: their nice, and their slice unless the
+    // kernel refused it (0: the kernel's).
+    let slice = interactive.timeSliceError == nil ? interactive.requestedTimeSlice : nil
     let floor = try HandoffFloor(nice: interactive.effectiveNice,
-                                 sliceNanoseconds: interactive.timeSliceError == nil ? 100_000 : 0)
+                                 sliceNanoseconds: slice.map { UInt64($0.components.seconds * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000) } ?? 0)
     let systems = ["spindle", "dispatch", "handoff-floor"]
     var recs = [String: LatencyRecorder]()
     var p99s = [String: [Double]]()

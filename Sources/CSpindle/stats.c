@@ -58,3 +58,8 @@ int spindle_pool_policy_error(const spindle_pool *pool) {
 int spindle_pool_slice_error(const spindle_pool *pool) {
     return atomic_load_explicit(&((spindle_pool *)pool)->slice_error, memory_order_relaxed);
 }
+
+uint32_t spindle_pool_requested_slice_ns(const spindle_pool *pool) {
+    /* Plain field: written once at creation, before the pool is handed out. */
+    return pool->requested_slice_ns;
+}

@@ -306,6 +306,14 @@ public final class ThreadPool: @unchecked Sendable {
         return e == 0 ? nil : e
     }
 
+    /// The time slice the workers asked the kernel for — ``Configuration/timeSlice``
+    /// resolved, so 100 µs for a normal-policy pool by default — or nil when they kept
+    /// the kernel's. Whether the kernel granted it: ``timeSliceError``.
+    public var requestedTimeSlice: Duration? {
+        let ns = spindle_pool_requested_slice_ns(raw)
+        return ns == 0 ? nil : .nanoseconds(Int64(ns))
+    }
+
     /// Per-worker counters, as one snapshot (each counter read atomically).
     public var stats: [WorkerStats] {
         var out = [spindle_worker_stats](repeating: spindle_worker_stats(), count: workerCount)

@@ -352,23 +352,27 @@ final class ThreadPoolTests: XCTestCase {
             throw XCTSkip("this kernel has no per-thread slice (error \(normal.timeSliceError ?? 0))")
         }
         XCTAssertEqual(slice, 100_000, "a normal-policy pool asks for 100 µs by default")
+        XCTAssertEqual(normal.requestedTimeSlice, .microseconds(100))
 
         var c = ThreadPool.Configuration(workers: 1)
         c.timeSlice = .microseconds(500)
         let custom = try ThreadPool(configuration: c)
         defer { try? custom.shutdown() }
         XCTAssertEqual(sliceSeenByATask(custom), 500_000)
+        XCTAssertEqual(custom.requestedTimeSlice, .microseconds(500))
 
         c.timeSlice = .zero
         let kernel = try ThreadPool(configuration: c)
         defer { try? kernel.shutdown() }
         XCTAssertNotEqual(sliceSeenByATask(kernel), 100_000, "Duration.zero keeps the kernel's slice")
+        XCTAssertNil(kernel.requestedTimeSlice)
 
         var b = ThreadPool.Configuration(workers: 1)
         b.policy = .batch
         let batch = try ThreadPool(configuration: b)
         defer { try? batch.shutdown() }
         XCTAssertNotEqual(sliceSeenByATask(batch), 100_000, "batch pools keep the kernel's slice")
+        XCTAssertNil(batch.requestedTimeSlice)
 
         c.timeSlice = .seconds(10)
         XCTAssertThrowsError(try ThreadPool(configuration: c))

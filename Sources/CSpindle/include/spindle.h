@@ -222,6 +222,9 @@ int spindle_pool_effective_policy(const spindle_pool *pool);
 int spindle_pool_policy_error(const spindle_pool *pool);
 /** 0, or the errno with which the kernel refused the workers' time slice. */
 int spindle_pool_slice_error(const spindle_pool *pool);
+/** The time slice the workers asked for, in ns (the configuration resolved: see
+ *  slice_ns), or 0 when they kept the kernel's. */
+uint32_t spindle_pool_requested_slice_ns(const spindle_pool *pool);
 
 /** Per-worker counters. All are monotonic since the pool was created. */
 typedef struct spindle_worker_stats {
