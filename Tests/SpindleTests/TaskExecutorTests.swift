@@ -83,6 +83,35 @@ final class TaskExecutorTests: XCTestCase {
         XCTAssertEqual(shutdownReturned.wait(timeout: .now() + 10), .success)
     }
 
+    /// Tasks on the shared pool that wait synchronously for operations queued on that
+    /// same pool: the waiting worker keeps running other work (the deadlock guard of
+    /// `waitUntilFinished`), including other tasks' jobs, nested inside the waiting
+    /// one. With every worker blocked instead, this would never finish.
+    func testSynchronousWaitsInsideTasksOnThePoolKeepItRunning() async {
+        let queue = OperationQueue()
+        let n = Stress.count(2_000)
+        final class Count: Sendable { let value = Atomic<Int>(0) }
+        let ran = Count()
+        let done = expectation(description: "every task finished")
+        Task.detached {
+            await withTaskExecutorPreference(ThreadPool.shared) {
+                await withTaskGroup(of: Void.self) { group in
+                    for i in 0..<n {
+                        group.addTask {
+                            let op = BlockOperation { ran.value.add(1, ordering: .relaxed) }
+                            queue.addOperation(op)
+                            if i % 2 == 0 { op.waitUntilFinished() } else { await op.finished() }
+                            XCTAssertTrue(op.isFinished)
+                        }
+                    }
+                }
+            }
+            done.fulfill()
+        }
+        await fulfillment(of: [done], timeout: 60)
+        XCTAssertEqual(ran.value.load(ordering: .relaxed), n)
+    }
+
     /// Many tasks on the pool, half of them suspending on the way: each body runs
     /// exactly once, and on the pool. Size from `SPINDLE_STRESS`.
     func testManyTasksEachRunExactlyOnceOnThePool() async throws {
