@@ -48,9 +48,10 @@ extension ThreadPool: TaskExecutor {
 enum JobTask {
     struct Payload {
         let job: UnownedJob
-        /// Retained from submission until the job has run: the executor a job runs on
-        /// must outlive the run, and a task's preference does not keep the pool alive
-        /// for work already queued (a pool freed with jobs queued drains them).
+        /// Retained from submission until the job has run, which passes the pool to
+        /// the runtime as its executor: the pool must outlive the run whoever else
+        /// holds it (anyone may call ``ThreadPool/enqueue(_:)``, and a pool freed with
+        /// jobs queued still runs them).
         let pool: Unmanaged<ThreadPool>
     }
 
