@@ -35,6 +35,7 @@ let package = Package(
         // `qos-under-load` reports beside Spindle (Benchmarks/BenchSupport/handoff.c).
         .target(
             name: "BenchSupport",
+            dependencies: ["CSpindle"],
             path: "Benchmarks/BenchSupport",
             cSettings: [.define("_GNU_SOURCE")],
             linkerSettings: [.linkedLibrary("pthread")]

@@ -18,6 +18,8 @@
  */
 #include "bench_support.h"
 
+#include <spindle.h>
+
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -43,7 +45,7 @@ typedef struct {
 
 struct bench_handoff {
     int nice;
-    uint64_t slice_ns;
+    uint32_t slice_ns;
     /* First refusal of each, written by the threads before `ready` counts them. */
     _Atomic int nice_error, slice_error;
     /* Threads that applied their settings; create waits for all of them. */
@@ -51,16 +53,6 @@ struct bench_handoff {
     int n;
     mailbox *boxes;
 };
-
-/* The kernel's struct sched_attr (SCHED_ATTR_SIZE_VER1), as in Spindle's worker.c. */
-typedef struct {
-    uint32_t size, sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime, sched_deadline, sched_period;
-    uint32_t sched_util_min, sched_util_max;
-} sched_attr_v1;
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t expected) {
     syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
@@ -86,14 +78,10 @@ static void *waiter_main(void *arg) {
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     pid_t tid = (pid_t)syscall(SYS_gettid);
     if (setpriority(PRIO_PROCESS, (id_t)tid, h->nice) != 0) first_error(&h->nice_error, errno);
+    /* The very call Spindle's workers make. */
     if (h->slice_ns) {
-        sched_attr_v1 attr;
-        memset(&attr, 0, sizeof attr);
-        attr.size = sizeof attr;
-        attr.sched_policy = SCHED_OTHER;
-        attr.sched_nice = getpriority(PRIO_PROCESS, (id_t)tid);
-        attr.sched_runtime = h->slice_ns;
-        if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) first_error(&h->slice_error, errno);
+        int err = spindle_thread_request_slice(h->slice_ns);
+        if (err) first_error(&h->slice_error, err);
     }
     /* Release pairs with create's acquire load: the error reports above are visible. */
     atomic_fetch_add_explicit(&h->ready, 1, memory_order_release);
@@ -114,7 +102,7 @@ static void *waiter_main(void *arg) {
     }
 }
 
-bench_handoff *bench_handoff_create(int nice, uint64_t slice_ns, int *nice_error, int *slice_error) {
+bench_handoff *bench_handoff_create(int nice, uint32_t slice_ns, int *nice_error, int *slice_error) {
     cpu_set_t mask;
     if (sched_getaffinity(0, sizeof mask, &mask) != 0) return NULL;
     struct bench_handoff *h = calloc(1, sizeof *h);

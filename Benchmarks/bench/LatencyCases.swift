@@ -77,7 +77,7 @@ final class HandoffFloor {
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
     }
 
-    init(nice: Int32, sliceNanoseconds: UInt64) throws {
+    init(nice: Int32, sliceNanoseconds: UInt32) throws {
         var niceError: Int32 = 0, sliceError: Int32 = 0
         guard let raw = bench_handoff_create(nice, sliceNanoseconds, &niceError, &sliceError) else {
             throw BenchFailure("handoff-floor: could not start its threads (errno \(errno))")
@@ -117,7 +117,7 @@ func qosUnderLoadCase(samples: Int, reps: Int, cpus: Int) throws -> CaseResult {
     // kernel refused it (0: the kernel's).
     let slice = interactive.timeSliceError == nil ? interactive.requestedTimeSlice : nil
     let floor = try HandoffFloor(nice: interactive.effectiveNice,
-                                 sliceNanoseconds: slice.map { UInt64($0.components.seconds * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000) } ?? 0)
+                                 sliceNanoseconds: slice.map { UInt32($0.components.seconds * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000) } ?? 0)
     let systems = ["spindle", "dispatch", "handoff-floor"]
     var recs = [String: LatencyRecorder]()
     var p99s = [String: [Double]]()

@@ -30,12 +30,12 @@
  * the submitter's CPU, which preempts the submitter rather than waiting for an
  * interrupt to reach another vCPU (park.c, pick_sleeper_locked).
  *
- * Time slice. SCHED_OTHER workers ask for a 100 µs EEVDF slice (worker.c, apply_slice)
- * so that a woken worker preempts the thread that submitted to it, which on this VM is
- * on the same CPU; a searching worker yields the CPU every 16 rounds, so that having
- * preempted its submitter it does not keep it off the CPU while it searches. A worker
- * that outranks its submitter would keep the CPU through those yields, so it does not
- * search there at all (park.c, G1).
+ * Time slice. SCHED_OTHER workers ask for a 100 µs EEVDF slice (worker.c,
+ * spindle_thread_request_slice) so that a woken worker preempts the thread that
+ * submitted to it, which on this VM is on the same CPU; a searching worker yields the
+ * CPU every 16 rounds, so that having preempted its submitter it does not keep it off
+ * the CPU while it searches. A worker that outranks its submitter would keep the CPU
+ * through those yields, so it does not search there at all (park.c, G1).
  *
  * Priority. Each worker sets its own nice and policy at start (worker.c). It is
  * started not by the pool's creator but by the process's spawner thread (spawn.c),

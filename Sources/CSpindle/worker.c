@@ -16,8 +16,9 @@
  *      tier first (SMT sibling, L3, node, other nodes by distance: topology.c, P3)
  *      from a random member of each tier, batch-stealing across nodes; and the
  *      injector again; for up to `spin_ns`, yielding the CPU every 16 rounds to any
- *      other runnable thread (see apply_slice for why) — or for one round only when
- *      it is a guest on the CPU of the outside thread that woke it (park.c, G1).
+ *      other runnable thread (see spindle_thread_request_slice for why) — or for one
+ *      round only when it is a guest on the CPU of the outside thread that woke it
+ *      (park.c, G1).
  * When all of that finds nothing it parks (spindle_idle_sleep).
  *
  * Invariants
@@ -174,9 +175,9 @@ static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
             else if (now >= deadline)
                 return NULL;
             /* Give the CPU away if anything else wants it. A worker with a short slice
-             * (apply_slice) preempts the thread that woke it; without this it would
-             * keep that thread — often an event loop — off its CPU for the whole
-             * search. When nothing else is runnable the yield returns at once. This
+             * (spindle_thread_request_slice) preempts the thread that woke it; without
+             * this it would keep that thread — often an event loop — off its CPU for the
+             * whole search. When nothing else is runnable the yield returns at once. This
              * only works against threads of equal or higher weight: a worker at a
              * lower nice keeps the CPU through the yield, which is why a guest
              * (park.c, G1) stops after one round instead of relying on it. */
@@ -243,23 +244,24 @@ typedef struct spindle_sched_attr {
     uint32_t sched_util_min, sched_util_max;
 } spindle_sched_attr;
 
-/* Asks for a custom time slice (EEVDF, Linux 6.12+: sched_runtime of a fair-class task).
- * Why: a thread's virtual deadline is its eligible time plus its slice, and a waking
- * thread preempts the running one only if its deadline is earlier. With the default
- * slice (~3 ms), a worker woken by a submitter on the same CPU (where this VM's
- * scheduler places it) waited for the submitter to block: idle-pool start latency
- * 3.6-4 us, 1.16-1.22x Dispatch. With 100 us it preempts at once: ~3.0 us,
- * 0.76-0.92x (bench `latency`). The cost is more preemption of the workers under contention,
- * which is also what lets interactive work in. Policy and nice are passed unchanged. */
-static void apply_slice(spindle_pool *pool, pid_t tid) {
+/* A custom time slice (EEVDF, Linux 6.12+: sched_runtime of a fair-class task), for the
+ * calling thread, with its policy and nice passed unchanged.
+ * Why workers ask for one: a thread's virtual deadline is its eligible time plus its
+ * slice, and a waking thread preempts the running one only if its deadline is earlier.
+ * With the default slice (~3 ms), a worker woken by a submitter on the same CPU (where
+ * this VM's scheduler places it) waited for the submitter to block: idle-pool start
+ * latency 3.6-4 us, 1.16-1.22x Dispatch. With 100 us it preempts at once: ~3.0 us,
+ * 0.76-0.92x (bench `latency`). The cost is more preemption of the workers under
+ * contention, which is also what lets interactive work in. Public so that the
+ * benchmark's bare hand-off (`qos-under-load`'s handoff-floor) runs the same code. */
+int spindle_thread_request_slice(uint32_t ns) {
     spindle_sched_attr attr;
     memset(&attr, 0, sizeof attr);
     attr.size = sizeof attr;
     attr.sched_policy = (uint32_t)sched_getscheduler(0);
-    attr.sched_nice = getpriority(PRIO_PROCESS, (id_t)tid);
-    attr.sched_runtime = pool->requested_slice_ns;
-    if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0)
-        spindle_report_first_error(&pool->slice_error, errno);
+    attr.sched_nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    attr.sched_runtime = ns;
+    return syscall(SYS_sched_setattr, 0, &attr, 0) == 0 ? 0 : errno;
 }
 
 /* Applies the pool's scheduling policy and nice value to the calling worker thread and
@@ -277,7 +279,10 @@ static void apply_priority(spindle_worker *w) {
     if (pool->requested_nice != SPINDLE_NICE_INHERIT &&
         setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0)
         spindle_report_first_error(&pool->nice_error, errno);
-    if (pool->requested_slice_ns) apply_slice(pool, tid);
+    if (pool->requested_slice_ns) {
+        int err = spindle_thread_request_slice(pool->requested_slice_ns);
+        if (err) spindle_report_first_error(&pool->slice_error, err);
+    }
     if (w->index == 0) {
         errno = 0;
         int nice = getpriority(PRIO_PROCESS, (id_t)tid);

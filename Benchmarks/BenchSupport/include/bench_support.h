@@ -15,7 +15,7 @@ typedef struct bench_handoff bench_handoff;
 
 /* NULL on failure (errno set). `nice_error` / `slice_error` receive the errno of a
  * refused nice or slice (0 when applied): the threads then keep the creator's. */
-bench_handoff *bench_handoff_create(int nice, uint64_t slice_ns, int *nice_error, int *slice_error);
+bench_handoff *bench_handoff_create(int nice, uint32_t slice_ns, int *nice_error, int *slice_error);
 
 /* Runs fn(ctx) on the thread of the calling thread's CPU. One task at a time per
  * thread: a submission to a thread whose previous task has not started yet waits for

@@ -225,6 +225,11 @@ int spindle_pool_slice_error(const spindle_pool *pool);
 /** The time slice the workers asked for, in ns (the configuration resolved: see
  *  slice_ns), or 0 when they kept the kernel's. */
 uint32_t spindle_pool_requested_slice_ns(const spindle_pool *pool);
+/** Asks the kernel for a scheduler time slice of `ns` for the calling thread (EEVDF's
+ *  per-thread slice, Linux 6.12+; the kernel clamps it to 0.1-100 ms), keeping its
+ *  policy and nice: what each worker does when it starts (slice_ns). 0, or the errno of
+ *  the refusal. */
+int spindle_thread_request_slice(uint32_t ns);
 
 /** Per-worker counters. All are monotonic since the pool was created. */
 typedef struct spindle_worker_stats {
