@@ -309,25 +309,7 @@ open class Operation: @unchecked Sendable {
     /// or is not ready (has unfinished dependencies): Foundation treats each of these
     /// as a programmer error.
     open func start() {
-        let cancelled = isCancelled
-        // The queue starts only operations it found ready; a manual start is checked.
-        let byQueue = startedByQueue.load(ordering: .acquiring)
-        if !byQueue {
-            if inQueue {
-                fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
-            }
-            if !cancelled && !isReady {
-                fatalError("Operation.start() was called on \(describe()), which is not ready: it has unfinished dependencies")
-            }
-        }
-        let (started, previous) = phase.compareExchange(
-            expected: Phase.pending.rawValue, desired: Phase.executing.rawValue, ordering: .acquiringAndReleasing)
-        if !started {
-            if previous == Phase.executing.rawValue {
-                fatalError("Operation.start() was called on \(describe()), which is already executing")
-            }
-            fatalError("Operation.start() was called on \(describe()), which has already finished")
-        }
+        let (cancelled, byQueue) = claimStart()
         // A plain Operation or BlockOperation — the exact class, which overrides none of
         // the notification methods — gets their effect directly: eight dynamic calls
         // and string comparisons fewer per operation. Subclasses, which may observe
@@ -355,6 +337,41 @@ open class Operation: @unchecked Sendable {
             finishProtocol()
             return
         }
+        completeStart()
+    }
+
+    /// The checks and the claim at the head of ``start()``, shared with the operations
+    /// of this module that override it (``AsyncBlockOperation``): traps on the misuse
+    /// Foundation traps on, then moves the operation from pending to executing.
+    /// Returns whether it was cancelled before it started, and whether its queue is
+    /// the caller.
+    @inline(__always)
+    final func claimStart() -> (cancelled: Bool, byQueue: Bool) {
+        let cancelled = isCancelled
+        // The queue starts only operations it found ready; a manual start is checked.
+        let byQueue = startedByQueue.load(ordering: .acquiring)
+        if !byQueue {
+            if inQueue {
+                fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
+            }
+            if !cancelled && !isReady {
+                fatalError("Operation.start() was called on \(describe()), which is not ready: it has unfinished dependencies")
+            }
+        }
+        let (started, previous) = phase.compareExchange(
+            expected: Phase.pending.rawValue, desired: Phase.executing.rawValue, ordering: .acquiringAndReleasing)
+        if !started {
+            if previous == Phase.executing.rawValue {
+                fatalError("Operation.start() was called on \(describe()), which is already executing")
+            }
+            fatalError("Operation.start() was called on \(describe()), which has already finished")
+        }
+        return (cancelled, byQueue)
+    }
+
+    /// The end of ``start()`` for a subclass: the finished notifications, then what
+    /// finishing does (dependents, completion block, the queue).
+    final func completeStart() {
         willChangeValue(forKey: "isFinished")
         willChangeValue(forKey: "isExecuting")
         phase.store(Phase.finished.rawValue, ordering: .releasing)

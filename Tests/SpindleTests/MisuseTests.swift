@@ -30,6 +30,7 @@ final class MisuseTests: XCTestCase {
     func testDependencyOnItself() throws { try expectTrap("depend-self", message: "cannot depend on itself") }
     func testDependencyCycle() throws { try expectTrap("depend-cycle", message: "creates a dependency cycle") }
     func testWaitingOnItself() throws { try expectTrap("wait-self", message: "from inside") }
+    func testStartingAnAsyncOperationTwice() throws { try expectTrap("async-start-twice", message: "is already executing") }
 }
 
 /// The child side of ``MisuseTests``: does nothing unless SPINDLE_MISUSE is set.
@@ -43,6 +44,10 @@ final class MisuseProbe: XCTestCase {
         case "start-not-ready":
             let op = BlockOperation {}
             op.addDependency(BlockOperation {})
+            op.start()
+        case "async-start-twice":
+            let op = AsyncBlockOperation { try? await Task.sleep(for: .seconds(30)) }
+            op.start()
             op.start()
         case "start-finished":
             let op = BlockOperation {}

@@ -1,0 +1,124 @@
+import Dispatch
+import Foundation
+import Spindle
+import Synchronization
+import XCTest
+
+/// `AsyncBlockOperation`: an operation whose work is an async closure.
+final class AsyncBlockOperationTests: XCTestCase {
+    final class Log: Sendable {
+        let entries = Mutex<[String]>([])
+        func add(_ s: String) { entries.withLock { $0.append(s) } }
+        var all: [String] { entries.withLock { $0 } }
+    }
+
+    func testItFinishesWhenItsClosureReturnsAndRunsOnItsClassWorkers() {
+        let utility = ThreadPool.forQualityOfService(.utility)
+        let log = Log()
+        let op = AsyncBlockOperation {
+            log.add("begin on utility: \(utility.isCurrentThreadWorker)")
+            try? await Task.sleep(for: .milliseconds(30))
+            log.add("end on utility: \(utility.isCurrentThreadWorker)")
+        }
+        op.qualityOfService = .utility
+        op.completionBlock = { log.add("completion") }
+        let dependent = BlockOperation { log.add("dependent") }
+        dependent.addDependency(op)
+        XCTAssertTrue(op.isAsynchronous)
+        let q = OperationQueue()
+        q.addOperations([dependent, op], waitUntilFinished: false)
+        op.waitUntilFinished()
+        XCTAssertTrue(op.isFinished)
+        XCTAssertFalse(op.isExecuting)
+        q.waitUntilAllOperationsAreFinished()
+        let all = log.all
+        XCTAssertEqual(Array(all.prefix(2)), ["begin on utility: true", "end on utility: true"])
+        // The completion block and the dependent both follow the closure's end.
+        XCTAssertEqual(Set(all.dropFirst(2)), ["completion", "dependent"])
+        XCTAssertNil(op.completionBlock)
+    }
+
+    /// The queue counts the operation as running until its closure returns, so its
+    /// width bounds how many closures are in flight, suspended or not.
+    func testTheQueuesWidthBoundsClosuresInFlight() {
+        final class Gauge: Sendable {
+            let now = Atomic<Int>(0), peak = Atomic<Int>(0)
+            func enter() {
+                let n = now.add(1, ordering: .sequentiallyConsistent).newValue
+                var p = peak.load(ordering: .relaxed)
+                while n > p {
+                    let (done, seen) = peak.compareExchange(expected: p, desired: n, ordering: .relaxed)
+                    if done { break }
+                    p = seen
+                }
+            }
+            func leave() { now.subtract(1, ordering: .sequentiallyConsistent) }
+        }
+        let gauge = Gauge()
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 2
+        for _ in 0..<12 {
+            q.addOperation(AsyncBlockOperation {
+                gauge.enter()
+                try? await Task.sleep(for: .milliseconds(5))
+                gauge.leave()
+            })
+        }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(gauge.peak.load(ordering: .relaxed), 2, "width 2: two closures at a time, and no more")
+    }
+
+    func testCancellingItCancelsTheRunningClosure() {
+        let started = DispatchSemaphore(value: 0)
+        final class Flag: Sendable { let value = Atomic<Bool>(false) }
+        let saw = Flag()
+        let op = AsyncBlockOperation {
+            started.signal()
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !Task.isCancelled && ContinuousClock.now < deadline {
+                try? await Task.sleep(for: .milliseconds(1))
+            }
+            saw.value.store(Task.isCancelled, ordering: .relaxed)
+        }
+        let q = OperationQueue()
+        q.addOperation(op)
+        started.wait()
+        op.cancel()
+        op.waitUntilFinished()
+        XCTAssertTrue(op.isCancelled)
+        XCTAssertTrue(saw.value.load(ordering: .relaxed), "the closure never saw the cancellation")
+    }
+
+    func testCancelledBeforeItStartsTheClosureNeverRuns() {
+        final class Flag: Sendable { let value = Atomic<Bool>(false) }
+        let ran = Flag(), completed = Flag()
+        let op = AsyncBlockOperation { ran.value.store(true, ordering: .relaxed) }
+        op.completionBlock = { completed.value.store(true, ordering: .relaxed) }
+        let q = OperationQueue()
+        q.isSuspended = true
+        q.addOperation(op)
+        op.cancel()
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(op.isFinished)
+        XCTAssertFalse(ran.value.load(ordering: .relaxed))
+        XCTAssertTrue(completed.value.load(ordering: .relaxed))
+    }
+
+    /// Started by hand from a thread outside the pools, it runs on the pool of its own
+    /// quality of service, and an async caller can await it.
+    func testStartedByHandItRunsOnItsOwnClassPool() async {
+        let background = ThreadPool.forQualityOfService(.background)
+        final class Flag: Sendable { let value = Atomic<Bool>(false) }
+        let onBackground = Flag()
+        let op = AsyncBlockOperation {
+            await Task.yield()
+            onBackground.value.store(background.isCurrentThreadWorker, ordering: .relaxed)
+        }
+        op.qualityOfService = .background
+        await Task.detached { op.start() }.value
+        await op.finished()
+        XCTAssertTrue(op.isFinished)
+        XCTAssertTrue(onBackground.value.load(ordering: .relaxed))
+    }
+}
