@@ -6,12 +6,6 @@ import XCTest
 
 /// `AsyncBlockOperation`: an operation whose work is an async closure.
 final class AsyncBlockOperationTests: XCTestCase {
-    final class Log: Sendable {
-        let entries = Mutex<[String]>([])
-        func add(_ s: String) { entries.withLock { $0.append(s) } }
-        var all: [String] { entries.withLock { $0 } }
-    }
-
     func testItFinishesWhenItsClosureReturnsAndRunsOnItsClassWorkers() {
         let utility = ThreadPool.forQualityOfService(.utility)
         let log = Log()
@@ -41,20 +35,7 @@ final class AsyncBlockOperationTests: XCTestCase {
     /// The queue counts the operation as running until its closure returns, so its
     /// width bounds how many closures are in flight, suspended or not.
     func testTheQueuesWidthBoundsClosuresInFlight() {
-        final class Gauge: Sendable {
-            let now = Atomic<Int>(0), peak = Atomic<Int>(0)
-            func enter() {
-                let n = now.add(1, ordering: .sequentiallyConsistent).newValue
-                var p = peak.load(ordering: .relaxed)
-                while n > p {
-                    let (done, seen) = peak.compareExchange(expected: p, desired: n, ordering: .relaxed)
-                    if done { break }
-                    p = seen
-                }
-            }
-            func leave() { now.subtract(1, ordering: .sequentiallyConsistent) }
-        }
-        let gauge = Gauge()
+        let gauge = Concurrency()
         let q = OperationQueue()
         q.maxConcurrentOperationCount = 2
         for _ in 0..<12 {
