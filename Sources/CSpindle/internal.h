@@ -250,11 +250,12 @@ void spindle_report_first_error(_Atomic int *slot, int err);
 /* topology.c */
 /* The largest CPU id + 1 Spindle handles; masks are CPU_ALLOC(SPINDLE_MAX_CPUS). */
 #define SPINDLE_MAX_CPUS 8192
-/* The CPUs a pool created by the calling thread is planned for, into `set` (of
- * CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS) bytes): the thread's own affinity or, on a Spindle
- * worker — which may be pinned to a single CPU — the mask that worker's pool was
- * planned for (topology.c, "Whose CPUs"). Returns 0 or an errno. */
-int spindle_creator_affinity(cpu_set_t *set, size_t size);
+/* The CPUs a pool created by the calling thread is planned for, in a new mask of
+ * CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS) bytes for the caller to CPU_FREE: the thread's own
+ * affinity or, on a Spindle worker — which may be pinned to a single CPU — the mask
+ * that worker's pool was planned for (topology.c, "Whose CPUs"). NULL on failure,
+ * with errno set (ENOMEM, or sched_getaffinity's). */
+cpu_set_t *spindle_creator_affinity(void);
 
 /* spawn.c */
 /* Starts the pool's workers on the process's spawner thread, in worker order. Returns

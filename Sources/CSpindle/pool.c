@@ -109,10 +109,9 @@ void spindle_config_init(spindle_config *cfg) {
 }
 
 uint32_t spindle_usable_cpu_count(void) {
-    cpu_set_t *set = CPU_ALLOC(SPINDLE_MAX_CPUS);
+    cpu_set_t *set = spindle_creator_affinity();
     if (set) {
-        size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
-        int n = spindle_creator_affinity(set, size) == 0 ? CPU_COUNT_S(size, set) : 0;
+        int n = CPU_COUNT_S(CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS), set);
         CPU_FREE(set);
         if (n > 0) return (uint32_t)n;
     }
@@ -317,12 +316,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->pin_error, 0);
     /* The CPUs it is planned for (topology.c, "Whose CPUs"): its unpinned workers start
      * on them, and pools its workers create are planned for them. */
-    pool->affinity = CPU_ALLOC(SPINDLE_MAX_CPUS);
-    if (pool->affinity &&
-        spindle_creator_affinity(pool->affinity, CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS)) != 0) {
-        CPU_FREE(pool->affinity);
-        pool->affinity = NULL;
-    }
+    pool->affinity = spindle_creator_affinity();
     int rc = spindle_idle_init(&pool->idle, n);
     if (rc) {
         if (pool->affinity) CPU_FREE(pool->affinity);

@@ -52,7 +52,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_CPUS SPINDLE_MAX_CPUS
 
 typedef struct node_info {
     int32_t id;
@@ -130,7 +129,8 @@ static int read_int(const char *root, const char *path, int32_t *out) {
     return 0;
 }
 
-/* Parses "0-3,8,10-11" into `set` (MAX_CPUS bits). Returns -1 on malformed input. */
+/* Parses "0-3,8,10-11" into `set` (SPINDLE_MAX_CPUS bits). Returns -1 on malformed
+ * input. */
 static int parse_list(const char *s, uint8_t *set) {
     const char *p = s;
     while (*p) {
@@ -138,13 +138,13 @@ static int parse_list(const char *s, uint8_t *set) {
         if (!*p) break;
         char *end;
         long a = strtol(p, &end, 10);
-        if (end == p || a < 0 || a >= MAX_CPUS) return -1;
+        if (end == p || a < 0 || a >= SPINDLE_MAX_CPUS) return -1;
         long b = a;
         p = end;
         if (*p == '-') {
             p++;
             b = strtol(p, &end, 10);
-            if (end == p || b < a || b >= MAX_CPUS) return -1;
+            if (end == p || b < a || b >= SPINDLE_MAX_CPUS) return -1;
             p = end;
         }
         for (long i = a; i <= b; i++) set[i] = 1;
@@ -157,7 +157,7 @@ static int parse_list(const char *s, uint8_t *set) {
 static int list_min_rank(const char *root, const char *path, int32_t cpu, int32_t *min, int32_t *rank) {
     char *t = read_text(root, path);
     if (!t) return -1;
-    uint8_t *set = calloc(MAX_CPUS, 1);
+    uint8_t *set = calloc(SPINDLE_MAX_CPUS, 1);
     if (!set) {
         free(t);
         return -1;
@@ -168,7 +168,7 @@ static int list_min_rank(const char *root, const char *path, int32_t cpu, int32_
         *min = -1;
         *rank = 0;
         int32_t r = 0;
-        for (int32_t i = 0; i < MAX_CPUS; i++) {
+        for (int32_t i = 0; i < SPINDLE_MAX_CPUS; i++) {
             if (!set[i]) continue;
             if (*min < 0) *min = i;
             if (i == cpu) *rank = r;
@@ -180,14 +180,24 @@ static int list_min_rank(const char *root, const char *path, int32_t cpu, int32_
     return rc;
 }
 
-int spindle_creator_affinity(cpu_set_t *set, size_t size) {
+cpu_set_t *spindle_creator_affinity(void) {
+    cpu_set_t *set = CPU_ALLOC(SPINDLE_MAX_CPUS);
+    if (!set) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
     const spindle_worker *w = spindle_tls_worker;
     if (w && w->pool->affinity) {
         /* Written before the worker started, never again: no ordering needed. */
         memcpy(set, w->pool->affinity, size);
-        return 0;
+        return set;
     }
-    return sched_getaffinity(0, size, set) == 0 ? 0 : errno;
+    if (sched_getaffinity(0, size, set) == 0) return set;
+    int err = errno;
+    CPU_FREE(set);
+    errno = err;
+    return NULL;
 }
 
 static void report_fallback_once(const char *why) {
@@ -242,8 +252,8 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
     } else if (strcmp(root, "/sys") == 0) {
         real_sys = true;
     }
-    uint8_t *usable = calloc(MAX_CPUS, 1);
-    uint8_t *tmp = calloc(MAX_CPUS, 1);
+    uint8_t *usable = calloc(SPINDLE_MAX_CPUS, 1);
+    uint8_t *tmp = calloc(SPINDLE_MAX_CPUS, 1);
     spindle_topology *t = calloc(1, sizeof *t);
     if (!usable || !tmp || !t) {
         free(usable);
@@ -256,25 +266,25 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
     if (cpu_list) {
         if (parse_list(cpu_list, usable) != 0) rc = EINVAL;
     } else {
-        cpu_set_t *set = CPU_ALLOC(MAX_CPUS);
-        size_t size = CPU_ALLOC_SIZE(MAX_CPUS);
+        cpu_set_t *set = spindle_creator_affinity();
         if (!set) {
-            rc = ENOMEM;
-        } else if ((rc = spindle_creator_affinity(set, size)) == 0) {
-            for (int i = 0; i < MAX_CPUS; i++)
+            rc = errno ? errno : EINVAL;
+        } else {
+            size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
+            for (int i = 0; i < SPINDLE_MAX_CPUS; i++)
                 if (CPU_ISSET_S(i, size, set)) usable[i] = 1;
+            CPU_FREE(set);
         }
-        if (set) CPU_FREE(set);
     }
     /* Intersect with the online CPUs, when the tree says which they are. */
     char *online = rc ? NULL : read_text(root, "devices/system/cpu/online");
     if (online) {
         if (parse_list(online, tmp) == 0)
-            for (int i = 0; i < MAX_CPUS; i++) usable[i] &= tmp[i];
+            for (int i = 0; i < SPINDLE_MAX_CPUS; i++) usable[i] &= tmp[i];
         free(online);
     }
     uint32_t n = 0;
-    for (int i = 0; i < MAX_CPUS; i++) n += usable[i];
+    for (int i = 0; i < SPINDLE_MAX_CPUS; i++) n += usable[i];
     if (!rc && n == 0) rc = EINVAL;
     if (!rc && !(t->cpus = calloc(n, sizeof(spindle_cpu_info)))) rc = ENOMEM;
     if (rc) {
@@ -284,7 +294,7 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
         return rc;
     }
     char path[256];
-    for (int i = 0, k = 0; i < MAX_CPUS; i++) {
+    for (int i = 0, k = 0; i < SPINDLE_MAX_CPUS; i++) {
         if (!usable[i]) continue;
         spindle_cpu_info *c = &t->cpus[k++];
         c->id = i;
@@ -315,9 +325,9 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
     int32_t node_ids[1024];
     uint32_t all_nodes = 0;
     if (!why) {
-        memset(tmp, 0, MAX_CPUS);
+        memset(tmp, 0, SPINDLE_MAX_CPUS);
         if (parse_list(nodes_online, tmp) != 0) why = "malformed devices/system/node/online";
-        for (int i = 0; !why && i < MAX_CPUS && all_nodes < 1024; i++)
+        for (int i = 0; !why && i < SPINDLE_MAX_CPUS && all_nodes < 1024; i++)
             if (tmp[i]) node_ids[all_nodes++] = i;
     }
     free(nodes_online);
@@ -354,7 +364,7 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
             why = "a node has no cpulist in sysfs";
             break;
         }
-        memset(tmp, 0, MAX_CPUS);
+        memset(tmp, 0, SPINDLE_MAX_CPUS);
         int prc = parse_list(cl, tmp);
         free(cl);
         if (prc != 0) {
