@@ -17,10 +17,7 @@ enum ClosureTask {
         let work: Work
     }
 
-    static let closureOffset: Int = {
-        let align = MemoryLayout<Stored>.alignment
-        return (MemoryLayout<spindle_task>.stride + align - 1) / align * align
-    }()
+    static let closureOffset = taskPayloadOffset(Stored.self)
     static let byteCount = closureOffset + MemoryLayout<Stored>.size
 
     static func make(_ work: consuming @escaping Work) -> UnsafeMutablePointer<spindle_task> {
@@ -44,6 +41,13 @@ enum ClosureTask {
         (raw + closureOffset).assumingMemoryBound(to: Stored.self).deinitialize(count: 1)
         free(raw)
     }
+}
+
+/// Where a payload of type `P` starts in a block that begins with the engine's task
+/// node (`ClosureTask`, `JobTask`): just past the node, aligned for `P`.
+func taskPayloadOffset<P>(_: P.Type) -> Int {
+    let align = MemoryLayout<P>.alignment
+    return (MemoryLayout<spindle_task>.stride + align - 1) / align * align
 }
 
 /// `malloc`, trapping when it fails.

@@ -55,10 +55,7 @@ enum JobTask {
         let pool: Unmanaged<ThreadPool>
     }
 
-    static let payloadOffset: Int = {
-        let align = MemoryLayout<Payload>.alignment
-        return (MemoryLayout<spindle_task>.stride + align - 1) / align * align
-    }()
+    static let payloadOffset = taskPayloadOffset(Payload.self)
     static let byteCount = payloadOffset + MemoryLayout<Payload>.size
 
     static func submit(_ job: UnownedJob, to pool: ThreadPool) {
