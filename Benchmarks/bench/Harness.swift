@@ -93,10 +93,11 @@ func settle() {
 /// Runs every system once to warm up, then `reps` repetitions in alternation (A B, then
 /// B A, ...), so that drift of a shared, noisy machine hits every system alike; ratios
 /// are taken per repetition against `reference` and their median reported.
+/// `alsoVs`: further ratios, each of one system against another.
 /// Systems selected with --systems (nil: all). The reference always runs.
 nonisolated(unsafe) var systemFilter: Set<String>?
 
-func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [String] = [],
+func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [(String, String)] = [],
              _ allSystems: [SystemRun]) throws -> CaseResult {
     let systems = allSystems.filter { systemFilter == nil || systemFilter!.contains($0.name) || $0.name == reference }
     progress("[\(name)] warm-up")
@@ -117,7 +118,7 @@ func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [
         Ratio(system: a, vs: b, median: median(zip(samples[a]!, samples[b]!).map { $0 / $1 }))
     }
     var ratios = systems.filter { $0.name != reference }.map { ratio($0.name, reference) }
-    for other in alsoVs where samples[other] != nil { ratios.append(ratio("spindle", other)) }
+    for (a, b) in alsoVs where samples[a] != nil && samples[b] != nil { ratios.append(ratio(a, b)) }
     return CaseResult(name: name, tasks: tasks, reps: reps, metric: .nsPerTask,
                       systems: systems.map { SystemResult(system: $0.name, tasks: $0.tasks ?? tasks, samples: samples[$0.name]!) },
                       ratios: ratios)

@@ -1,15 +1,17 @@
 import Dispatch
 import Foundation
 import Spindle
+import Synchronization
 
 // Foundation's and Spindle's operation types side by side: this file imports both
 // modules, so every use is qualified.
 
 /// N `addOperation { }` then `waitUntilAllOperationsAreFinished()`, from one thread.
-/// `width`: nil for the default, 1 for the serial variant.
+/// `width`: nil for the default, 1 for the serial variant, which has no `pool-submit`
+/// (see ``poolSubmitRun(_:name:)``).
 func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) throws -> CaseResult {
     let dispatchName = width == 1 ? "dispatch-serial" : "dispatch"
-    return try measure(name, tasks: tasks, reps: reps, reference: dispatchName, alsoVs: ["foundation"], [
+    var systems = [
         SystemRun(name: "spindle") {
             try addAndWait(tasks, name: name, who: "spindle", queue: Spindle.OperationQueue(), width: width,
                            setWidth: { $0.maxConcurrentOperationCount = $1 },
@@ -23,7 +25,65 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
         SystemRun(name: dispatchName) {
             try dispatchGroupRun(width == 1 ? DispatchQueue(label: "bench.serial") : .global(), tasks: tasks, name: name)
         },
-    ])
+    ]
+    var alsoVs = [("spindle", "foundation")]
+    if width == nil {
+        systems.append(SystemRun(name: "pool-submit") { try poolSubmitRun(tasks, name: name) })
+        alsoVs += [("spindle", "pool-submit"), ("pool-submit", "foundation")]
+    }
+    var r = try measure(name, tasks: tasks, reps: reps, reference: dispatchName, alsoVs: alsoVs, systems)
+    if width == nil {
+        r.note = "pool-submit: each block handed to Spindle's pool with ThreadPool.submit, plus the one shared count a queue keeps; no operation semantics"
+    }
+    return r
+}
+
+/// `pool-submit`'s counters. Globals, so that its blocks capture no object (below).
+private let poolSubmitUnfinished = Atomic<Int>(0)
+private let poolSubmitRemaining = Atomic<Int>(0)
+private let poolSubmitDone = DispatchSemaphore(value: 0)
+
+@inline(never)
+private func poolSubmitBlock(_ index: Int) {
+    precondition(index >= 0)
+    // The queue's finish: one atomic on the count the adding thread increments.
+    poolSubmitUnfinished.subtract(1, ordering: .acquiringAndReleasing)
+    if poolSubmitRemaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { poolSubmitDone.signal() }
+}
+
+/// `pool-submit`: the engine's hand-off with none of an operation queue's semantics —
+/// what the queue would cost if it were nothing but `ThreadPool.submit`, measured in
+/// the same run. Each block goes to the pool the queue's operations run on (the shared
+/// pool: default quality of service) with `submit`, and the adding thread increments
+/// the one shared count that any queue which can tell when it has drained keeps
+/// (sequentially consistent, as `OperationQueue.counts`), which the block decrements.
+/// No `Operation` object, list, lock, priority, readiness or cancellation. It allocates
+/// what an added operation does: the block's context and one object (here the pool's
+/// task node; there the operation, which holds the node).
+///
+/// Its blocks capture an `Int`, not the benchmark's counter object: the pool frees a
+/// submitted closure on the worker that ran it, so a captured object's reference count
+/// would be released there and retained by the adding thread, bouncing its cache line
+/// between the cores on every task (in a standalone loop: ~195 ns per task, against ~150
+/// with an `Int`). The queue releases its operations, and their blocks, on the adding
+/// thread instead (`OperationQueue.State.prune`), so a capturing block would measure
+/// that difference rather than the hand-off.
+private func poolSubmitRun(_ tasks: Int, name: String) throws -> Double {
+    let pool = ThreadPool.shared
+    poolSubmitUnfinished.store(0, ordering: .relaxed)
+    poolSubmitRemaining.store(tasks, ordering: .relaxed)
+    let t = try timed {
+        for i in 0..<tasks {
+            poolSubmitUnfinished.add(1, ordering: .sequentiallyConsistent)
+            try pool.submit { poolSubmitBlock(i) }
+        }
+        poolSubmitDone.wait()
+    }.ns
+    // The count's last decrement precedes the signal, so it is already zero.
+    guard poolSubmitRemaining.load(ordering: .acquiring) == 0, poolSubmitUnfinished.load(ordering: .acquiring) == 0 else {
+        throw BenchFailure("\(name): pool-submit lost tasks")
+    }
+    return t
 }
 
 /// N `add { }` on `queue` from this thread, then `wait`; the same for either queue type.
