@@ -52,7 +52,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 typedef struct node_info {
     int32_t id;
     int32_t *cpus;
