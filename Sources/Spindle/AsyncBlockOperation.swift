@@ -73,7 +73,7 @@ open class AsyncBlockOperation: Operation, @unchecked Sendable {
             await body()
             completeStart()
         }
-        task.withLock { $0 = running }
+        task.locked { $0 = running }
         // A cancel() that read no task yet took the lock before we stored it, after
         // setting the flag: the flag is visible here (the lock orders the two).
         if isCancelled { running.cancel() }
@@ -83,6 +83,6 @@ open class AsyncBlockOperation: Operation, @unchecked Sendable {
     /// closure then sees `Task.isCancelled`.
     open override func cancel() {
         super.cancel()
-        task.withLock { $0 }?.cancel()
+        task.locked { $0 }?.cancel()
     }
 }

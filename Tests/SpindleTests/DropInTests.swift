@@ -1,3 +1,4 @@
+import class Foundation.NSLock
 import Synchronization
 import XCTest
 
@@ -109,18 +110,22 @@ final class DropInTests: XCTestCase {
 /// KVO's notifications (`willChangeValue(for: \.isFinished)`), as Swift code written for
 /// Foundation may.
 private final class KeyPathSignallingOperation: Operation, @unchecked Sendable {
-    private let state = Mutex((executing: false, finished: false))
+    // NSLock, not Synchronization's Mutex: Mutex locks inside a library built without
+    // ThreadSanitizer, so under `--sanitize=thread` a contended Mutex looks like no lock
+    // at all; NSLock is a pthread mutex, which TSan intercepts.
+    private let lock = NSLock()
+    private var state = (executing: false, finished: false)
     override var isAsynchronous: Bool { true }
-    override var isExecuting: Bool { state.withLock { $0.executing } }
-    override var isFinished: Bool { state.withLock { $0.finished } }
+    override var isExecuting: Bool { lock.withLock { state.executing } }
+    override var isFinished: Bool { lock.withLock { state.finished } }
     override func start() {
         willChangeValue(for: \.isExecuting)
-        state.withLock { $0.executing = true }
+        lock.withLock { state.executing = true }
         didChangeValue(for: \.isExecuting)
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(20)) {
             self.willChangeValue(for: \.isFinished)
             self.willChangeValue(for: \.isExecuting)
-            self.state.withLock { $0 = (executing: false, finished: true) }
+            self.lock.withLock { self.state = (executing: false, finished: true) }
             self.didChangeValue(for: \.isExecuting)
             self.didChangeValue(for: \.isFinished)
         }

@@ -1,6 +1,7 @@
 import CSpindle
 import Foundation
 @testable import Spindle
+import Synchronization
 import XCTest
 
 /// The queues' lock (Sources/CSpindle/mutex.c): spin briefly, then sleep on a futex.
@@ -34,6 +35,35 @@ final class MutexTests: XCTestCase {
             XCTAssertEqual(finished.wait(timeout: .now() + 60), .success, "a waiter was never woken")
         }
         XCTAssertEqual(locked.locked { $0 }, threads * rounds, "increments were lost: two holders at once")
+    }
+
+    /// Synchronization's Mutex, taken through `locked` (Locking.swift) by threads whose
+    /// critical sections are long enough that the others reach its contended path, where
+    /// the kernel hands the lock over inside a library ThreadSanitizer cannot see.
+    /// Without TSan this checks mutual exclusion; under `--sanitize=thread` it fails
+    /// (TSan reports a race on the counter) if `locked` stops announcing the critical
+    /// section, as it does with a plain `withLock` (checked by making that change).
+    func testAContendedSynchronizationMutexTakenThroughLockedIsVisibleToTSan() {
+        let threads = 3
+        let rounds = Stress.count(2_000)
+        let counter = Mutex(0)
+        let finished = DispatchSemaphore(value: 0)
+        for t in 0..<threads {
+            Thread {
+                for i in 0..<rounds {
+                    counter.locked { value in
+                        let v = value
+                        if (i + t) % 16 == 0 { for _ in 0..<2_000 { spindle_test_relax() } }
+                        value = v + 1
+                    }
+                }
+                finished.signal()
+            }.start()
+        }
+        for _ in 0..<threads {
+            XCTAssertEqual(finished.wait(timeout: .now() + 60), .success)
+        }
+        XCTAssertEqual(counter.locked { $0 }, threads * rounds, "increments were lost: two holders at once")
     }
 
     func testTryLockFailsWhileHeldAndSucceedsAfter() {

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import Spindle
+@testable import Spindle
 import Synchronization
 import XCTest
 
@@ -72,12 +72,12 @@ final class TaskExecutorTests: XCTestCase {
         Task.detached {
             for t in queued + [after] {
                 let r = await t.value
-                results.withLock { $0.append(r) }
+                results.locked { $0.append(r) }
             }
             done.fulfill()
         }
         await fulfillment(of: [done], timeout: 20)
-        let all = results.withLock { $0 }
+        let all = results.locked { $0 }
         XCTAssertEqual(all.map(\.0), Array(0...n), "a task never finished, or finished with another's value")
         XCTAssertEqual(all.filter(\.1).count, 0, "a job ran on a worker of a pool cancelling its queue")
         XCTAssertEqual(shutdownReturned.wait(timeout: .now() + 10), .success)
@@ -129,12 +129,12 @@ final class TaskExecutorTests: XCTestCase {
                     group.addTask {
                         if i % 2 == 0 { await Task.yield() }
                         if !pool.isCurrentThreadWorker { tally.offPool.add(1, ordering: .relaxed) }
-                        tally.runs.withLock { $0[i] &+= 1 }
+                        tally.runs.locked { $0[i] &+= 1 }
                     }
                 }
             }
         }
-        let counts = tally.runs.withLock { $0 }
+        let counts = tally.runs.locked { $0 }
         XCTAssertEqual(counts.filter { $0 == 0 }.count, 0, "lost")
         XCTAssertEqual(counts.filter { $0 > 1 }.count, 0, "duplicated")
         XCTAssertEqual(tally.offPool.load(ordering: .relaxed), 0)
