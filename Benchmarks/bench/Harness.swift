@@ -1,3 +1,4 @@
+import BenchSupport
 import Foundation
 
 /// One measured system within a case: returns nanoseconds for `tasks` units of work,
@@ -78,15 +79,31 @@ func progress(_ s: String) {
     FileHandle.standardError.write(Data((s + "\n").utf8))
 }
 
-/// Lets the threads of the system that ran last go idle before the next one starts.
+/// Lets the threads of the system that ran last go idle, and merges the heap it left,
+/// before the next one starts.
 ///
-/// Dispatch and the Swift concurrency runtime keep worker threads busy for a while
-/// after a burst; on a two-CPU machine one such thread takes half of the next system's
-/// cores. Measured on fork-join: with no pause Spindle's figure depended on which system
-/// ran before it (~17 ns after itself, 30–40 ns right after Dispatch's fork-join, rep by
-/// rep); 20 ms was not enough; after 200 ms every repetition measured ~17 ns. Every
-/// system gets the same pause, outside its timed region.
+/// Threads: Dispatch and the Swift concurrency runtime keep worker threads busy for a
+/// while after a burst; on a two-CPU machine one such thread takes half of the next
+/// system's cores. Measured on fork-join: with no pause Spindle's figure depended on
+/// which system ran before it (~17 ns after itself, 30–40 ns right after Dispatch's
+/// fork-join, rep by rep); 20 ms was not enough; after 200 ms every repetition measured
+/// ~17 ns.
+///
+/// Heap: glibc parks small freed chunks in its fast bins and merges them only when a
+/// later large request (or a large free) needs it, then all at once, in whichever
+/// thread asked (`malloc_consolidate`). Foundation's queue frees ~10^5 operations per
+/// repetition of `operation-throughput`, and the next system to allocate a large block
+/// paid for merging them: repetitions of Spindle's queue that ran 500–700 ns per
+/// operation instead of ~180, with Dispatch's figures normal on either side. Caught
+/// under perf three times, `malloc_consolidate` took about half of the samples of the
+/// stalled repetition (on the adding thread twice, on a worker once); timed with perf
+/// probes on its entry and return, single merges after Foundation's repetitions took
+/// 20–30 ms. Over six runs of the case each way, run alternately, such stalls hit four
+/// of 90 Spindle repetitions without the merge here and one of 90 with it. Each system
+/// now starts from a merged heap, as it would in a process of its own. The same pause
+/// and merge for every system, outside the timed region.
 func settle() {
+    bench_consolidate_heap()
     usleep(200_000)
 }
 

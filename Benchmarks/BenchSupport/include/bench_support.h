@@ -25,4 +25,12 @@ void bench_handoff_submit(bench_handoff *h, void (*fn)(void *), void *ctx);
 /* Stops and joins the threads. */
 void bench_handoff_destroy(bench_handoff *h);
 
+/* Has glibc merge the small chunks freed into its fast bins (every arena) now, outside
+ * a timed region (heap.c). glibc defers that merge until a later large request or
+ * large free needs it, and then merges them all at once, in whichever thread asked:
+ * after Foundation's queue has freed its ~10^5 operations, 20–30 ms of work charged to
+ * the next system that happens to allocate a large block. The harness calls this in
+ * its pause between systems (Harness.swift, settle). */
+void bench_consolidate_heap(void);
+
 #endif
