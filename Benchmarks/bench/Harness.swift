@@ -94,14 +94,17 @@ func progress(_ s: String) {
 /// thread asked (`malloc_consolidate`). Foundation's queue frees ~10^5 operations per
 /// repetition of `operation-throughput`, and the next system to allocate a large block
 /// paid for merging them: repetitions of Spindle's queue that ran 500–700 ns per
-/// operation instead of ~180, with Dispatch's figures normal on either side. Caught
-/// under perf three times, `malloc_consolidate` took about half of the samples of the
-/// stalled repetition (on the adding thread twice, on a worker once); timed with perf
-/// probes on its entry and return, single merges after Foundation's repetitions took
-/// 20–30 ms. Over six runs of the case each way, run alternately, such stalls hit four
-/// of 90 Spindle repetitions without the merge here and one of 90 with it. Each system
-/// now starts from a merged heap, as it would in a process of its own. The same pause
-/// and merge for every system, outside the timed region.
+/// operation instead of ~180, with Dispatch's figures normal on either side, mostly
+/// among the first repetitions. Caught under perf five times (in 85 repetitions), each
+/// time with `malloc_consolidate` and its `unlink_chunk` taking 25–50% of the stalled
+/// repetition's samples, on the adding thread four times and on a worker once; timed
+/// with perf probes on its entry and return, single merges after Foundation's
+/// repetitions took 20–30 ms. With the merge done here: no such stall in 45 repetitions
+/// under perf, and none of the samples of the slowest ones in `malloc_consolidate`;
+/// without perf, over six runs of the case each way made alternately, four stalled
+/// repetitions in 90 without it and one in 90 with it. Each system now starts from a
+/// merged heap, as it would in a process of its own. The same pause and merge for every
+/// system, outside the timed region.
 func settle() {
     bench_consolidate_heap()
     usleep(200_000)
