@@ -13,26 +13,13 @@ final class MutexTests: XCTestCase {
         let threads = 4
         let rounds = Stress.count(20_000)
         let locked = FutexLocked(0)
-        let started = DispatchGroup()
-        let finished = DispatchSemaphore(value: 0)
-        for t in 0..<threads {
-            started.enter()
-            Thread {
-                started.leave()
-                for i in 0..<rounds {
-                    locked.locked { value in
-                        let v = value
-                        // Every 64th section is long: forces the futex path.
-                        if (i + t) % 64 == 0 { for _ in 0..<2_000 { spindle_test_relax() } }
-                        value = v + 1
-                    }
-                }
-                finished.signal()
-            }.start()
-        }
-        started.wait()
-        for _ in 0..<threads {
-            XCTAssertEqual(finished.wait(timeout: .now() + 60), .success, "a waiter was never woken")
+        // Every 64th section is long: forces the futex path.
+        contend(threads: threads, rounds: rounds, longEvery: 64) { long in
+            locked.locked { value in
+                let v = value
+                if long { Self.holdForAWhile() }
+                value = v + 1
+            }
         }
         XCTAssertEqual(locked.locked { $0 }, threads * rounds, "increments were lost: two holders at once")
     }
@@ -47,24 +34,39 @@ final class MutexTests: XCTestCase {
         let threads = 3
         let rounds = Stress.count(2_000)
         let counter = Mutex(0)
-        let finished = DispatchSemaphore(value: 0)
-        for t in 0..<threads {
-            Thread {
-                for i in 0..<rounds {
-                    counter.locked { value in
-                        let v = value
-                        if (i + t) % 16 == 0 { for _ in 0..<2_000 { spindle_test_relax() } }
-                        value = v + 1
-                    }
-                }
-                finished.signal()
-            }.start()
-        }
-        for _ in 0..<threads {
-            XCTAssertEqual(finished.wait(timeout: .now() + 60), .success)
+        contend(threads: threads, rounds: rounds, longEvery: 16) { long in
+            counter.locked { value in
+                let v = value
+                if long { Self.holdForAWhile() }
+                value = v + 1
+            }
         }
         XCTAssertEqual(counter.locked { $0 }, threads * rounds, "increments were lost: two holders at once")
     }
+
+    /// Runs `threads` threads at once, each calling `increment` `rounds` times; its
+    /// argument is true for every `longEvery`-th call (offset per thread), where the
+    /// critical section should be long. Fails if a thread does not finish in a minute.
+    private func contend(threads: Int, rounds: Int, longEvery: Int,
+                         _ increment: @escaping @Sendable (_ long: Bool) -> Void) {
+        let started = DispatchGroup()
+        let finished = DispatchSemaphore(value: 0)
+        for t in 0..<threads {
+            started.enter()
+            Thread {
+                started.leave()
+                for i in 0..<rounds { increment((i + t) % longEvery == 0) }
+                finished.signal()
+            }.start()
+        }
+        started.wait()
+        for _ in 0..<threads {
+            XCTAssertEqual(finished.wait(timeout: .now() + 60), .success, "a waiter was never woken")
+        }
+    }
+
+    /// A few microseconds of work inside a critical section.
+    private static func holdForAWhile() { for _ in 0..<2_000 { spindle_test_relax() } }
 
     func testTryLockFailsWhileHeldAndSucceedsAfter() {
         let m = UnsafeMutablePointer<spindle_mutex>.allocate(capacity: 1)
