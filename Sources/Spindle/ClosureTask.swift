@@ -25,9 +25,7 @@ enum ClosureTask {
         let task = raw.initializeMemory(
             as: spindle_task.self,
             repeating: spindle_task(spindle_private: (nil, nil), run: { task, reason in
-                let raw = UnsafeMutableRawPointer(task!)
-                let work = (raw + ClosureTask.closureOffset).assumingMemoryBound(to: Stored.self).move().work
-                free(raw)
+                let work = takeTaskPayload(task!, Stored.self, at: ClosureTask.closureOffset).work
                 if reason == SPINDLE_RUN { work() }
             }),
             count: 1)
@@ -37,9 +35,7 @@ enum ClosureTask {
 
     /// Frees a node the engine refused (it was never queued).
     static func discard(_ task: UnsafeMutablePointer<spindle_task>) {
-        let raw = UnsafeMutableRawPointer(task)
-        (raw + closureOffset).assumingMemoryBound(to: Stored.self).deinitialize(count: 1)
-        free(raw)
+        _ = takeTaskPayload(task, Stored.self, at: closureOffset)
     }
 }
 
@@ -48,6 +44,16 @@ enum ClosureTask {
 func taskPayloadOffset<P>(_: P.Type) -> Int {
     let align = MemoryLayout<P>.alignment
     return (MemoryLayout<spindle_task>.stride + align - 1) / align * align
+}
+
+/// Moves the payload of type `P` out of a block laid out as `[spindle_task | P]`, with
+/// the payload at `offset` (``taskPayloadOffset(_:)``), and frees the block.
+@inline(__always)
+func takeTaskPayload<P>(_ task: UnsafeMutablePointer<spindle_task>, _: P.Type, at offset: Int) -> P {
+    let raw = UnsafeMutableRawPointer(task)
+    let payload = (raw + offset).assumingMemoryBound(to: P.self).move()
+    free(raw)
+    return payload
 }
 
 /// `malloc`, trapping when it fails.

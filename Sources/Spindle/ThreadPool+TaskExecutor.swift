@@ -63,7 +63,7 @@ enum JobTask {
         let task = raw.initializeMemory(
             as: spindle_task.self,
             repeating: spindle_task(spindle_private: (nil, nil), run: { task, reason in
-                let payload = JobTask.take(task!)
+                let payload = takeTaskPayload(task!, Payload.self, at: JobTask.payloadOffset)
                 if reason == SPINDLE_RUN {
                     payload.job.runSynchronously(on: payload.pool.takeUnretainedValue().asUnownedTaskExecutor())
                 } else {
@@ -76,18 +76,10 @@ enum JobTask {
             as: Payload.self, repeating: Payload(job: job, pool: .passRetained(pool)), count: 1)
         if spindle_submit_task(pool.raw, task) != 0 {
             // Refused: the pool is shutting down. Nothing was queued.
-            let payload = take(task)
+            let payload = takeTaskPayload(task, Payload.self, at: payloadOffset)
             payload.pool.release()
             runElsewhere(payload.job)
         }
-    }
-
-    /// Moves the payload out of the node and frees the node.
-    private static func take(_ task: UnsafeMutablePointer<spindle_task>) -> Payload {
-        let raw = UnsafeMutableRawPointer(task)
-        let payload = (raw + payloadOffset).assumingMemoryBound(to: Payload.self).move()
-        free(raw)
-        return payload
     }
 
     /// A job this pool cannot run goes to Swift's global concurrent executor.
