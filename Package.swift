@@ -32,7 +32,8 @@ let package = Package(
             dependencies: ["CSpindle"]
         ),
         // C helpers for the benchmark only: the bare futex hand-off that
-        // `qos-under-load` reports beside Spindle (Benchmarks/BenchSupport/handoff.c).
+        // `qos-under-load` reports beside Spindle (Benchmarks/BenchSupport/handoff.c),
+        // and the heap merge in the harness's pause between systems (heap.c).
         .target(
             name: "BenchSupport",
             dependencies: ["CSpindle"],
