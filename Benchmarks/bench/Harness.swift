@@ -98,12 +98,13 @@ func progress(_ s: String) {
 /// among the first repetitions. Caught under perf five times (in 85 repetitions), each
 /// time with `malloc_consolidate` and its `unlink_chunk` taking 27–51% of the stalled
 /// repetition's samples, on the adding thread four times and on a worker once; timed
-/// with perf probes on its entry and return, the longest single merges took 20–30 ms. With the merge done here: no such stall in 45 repetitions
-/// under perf, and none of the samples of the slowest ones in `malloc_consolidate`;
-/// without perf, over six runs of the case each way made alternately, four stalled
-/// repetitions in 90 without it and one in 90 with it. Each system now starts from a
-/// merged heap, as it would in a process of its own. The same pause and merge for every
-/// system, outside the timed region.
+/// with perf probes on its entry and return, the longest single merges took 20–30 ms.
+/// With the merge done here: no such stall in 45 repetitions under perf, and none of
+/// the samples of the slowest ones in `malloc_consolidate`; without perf, over six runs
+/// of the case each way made alternately, four stalled repetitions in 90 without it and
+/// one in 90 with it. Each system now starts from a merged heap, as it would in a
+/// process of its own. The same pause and merge for every system, outside the timed
+/// region.
 func settle() {
     bench_consolidate_heap()
     usleep(200_000)
