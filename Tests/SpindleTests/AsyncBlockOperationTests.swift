@@ -4,6 +4,9 @@ import Spindle
 import Synchronization
 import XCTest
 
+/// A Boolean that the operations' closures set and the tests read.
+private final class Flag: Sendable { let value = Atomic<Bool>(false) }
+
 /// `AsyncBlockOperation`: an operation whose work is an async closure.
 final class AsyncBlockOperationTests: XCTestCase {
     func testItFinishesWhenItsClosureReturnsAndRunsOnItsClassWorkers() {
@@ -51,7 +54,6 @@ final class AsyncBlockOperationTests: XCTestCase {
 
     func testCancellingItCancelsTheRunningClosure() {
         let started = DispatchSemaphore(value: 0)
-        final class Flag: Sendable { let value = Atomic<Bool>(false) }
         let saw = Flag()
         let op = AsyncBlockOperation {
             started.signal()
@@ -71,7 +73,6 @@ final class AsyncBlockOperationTests: XCTestCase {
     }
 
     func testCancelledBeforeItStartsTheClosureNeverRuns() {
-        final class Flag: Sendable { let value = Atomic<Bool>(false) }
         let ran = Flag(), completed = Flag()
         let op = AsyncBlockOperation { ran.value.store(true, ordering: .relaxed) }
         op.completionBlock = { completed.value.store(true, ordering: .relaxed) }
@@ -90,7 +91,6 @@ final class AsyncBlockOperationTests: XCTestCase {
     /// quality of service, and an async caller can await it.
     func testStartedByHandItRunsOnItsOwnClassPool() async {
         let background = ThreadPool.forQualityOfService(.background)
-        final class Flag: Sendable { let value = Atomic<Bool>(false) }
         let onBackground = Flag()
         let op = AsyncBlockOperation {
             await Task.yield()

@@ -438,38 +438,32 @@ final class OperationQueueTests: XCTestCase {
                 touchedAfterFinishing += 1
             }
         }
-        final class WeakOperation: @unchecked Sendable {
-            weak var op: Operation?
-        }
         let gate = DispatchSemaphore(value: 0)
-        let weak = WeakOperation()
+        let weak = Weak<Operation>()
         let q = OperationQueue()
         do {
             let op = Lingering(gate: gate)
-            weak.op = op
+            weak.value = op
             q.addOperation(op)
         }
         q.waitUntilAllOperationsAreFinished()
         XCTAssertEqual(q.operationCount, 0)
-        XCTAssertNotNil(weak.op, "freed while its start() was still running")
+        XCTAssertNotNil(weak.value, "freed while its start() was still running")
         gate.signal()
         var spins = 0
-        while weak.op != nil && spins < 5000 { usleep(1000); spins += 1 }
-        XCTAssertNil(weak.op, "the runner did not release the reference the drain left it")
+        while weak.value != nil && spins < 5000 { usleep(1000); spins += 1 }
+        XCTAssertNil(weak.value, "the runner did not release the reference the drain left it")
     }
 
     func testTheListReleasesAStartedOperationOnlyOnceItsRunnerIsDone() {
         // The protocol behind the test above, step by step and without the scheduler (a
         // debug build's extra retains around `start()` can hide an early release there).
-        final class WeakOperation: @unchecked Sendable {
-            weak var op: Operation?
-        }
         for runnerFirst in [false, true] {
-            let weak = WeakOperation()
+            let weak = Weak<Operation>()
             var state = OperationQueue.State(name: "drain-protocol")
             let u = Unmanaged<Operation>.passRetained(BlockOperation {}) // the list's reference
             u._withUnsafeGuaranteedRef { op in
-                weak.op = op
+                weak.value = op
                 state.link(u, op)
                 op.queueStarted = true
             }
@@ -481,12 +475,12 @@ final class OperationQueueTests: XCTestCase {
             if runnerFirst {
                 XCTAssertNotNil(released, "the runner was done: the drain releases the operation")
                 OperationQueue.release(released)
-                XCTAssertNil(weak.op)
+                XCTAssertNil(weak.value)
             } else {
                 XCTAssertNil(released, "the drain released an operation its runner still borrows")
-                XCTAssertNotNil(weak.op)
+                XCTAssertNotNil(weak.value)
                 OpTask.runnerDone(u)
-                XCTAssertNil(weak.op, "the runner did not release the reference the drain left it")
+                XCTAssertNil(weak.value, "the runner did not release the reference the drain left it")
             }
         }
         // Pruning takes only operations whose runner is done, however many have finished.
@@ -522,15 +516,11 @@ final class OperationQueueTests: XCTestCase {
         // reference before its finisher's last access was caught at once), and may be
         // a crash or a lost operation without it; a queue that never drops its own
         // reference fails the last check.
-        final class WeakQueue: @unchecked Sendable {
-            weak var queue: OperationQueue?
-            init(_ q: OperationQueue) { queue = q }
-        }
         let rounds = Stress.count(5_000)
         let ran = Atomic<Int>(0)
         let cancellers = DispatchGroup()
         var expected = 0
-        var queues: [WeakQueue] = []
+        var queues: [Weak<OperationQueue>] = []
         for round in 0..<rounds {
             let q = OperationQueue()
             let kind = round % 5
@@ -563,14 +553,14 @@ final class OperationQueueTests: XCTestCase {
                 q.addOperation { ran.add(1, ordering: .relaxed) }
                 expected += 1
             }
-            queues.append(WeakQueue(q))
+            queues.append(Weak(q))
         }
         XCTAssertEqual(cancellers.wait(timeout: .now() + 20), .success)
         var spins = 0
         while ran.load(ordering: .relaxed) < expected && spins < 20_000 { usleep(1000); spins += 1 }
         XCTAssertEqual(ran.load(ordering: .relaxed), expected, "operations of dropped queues were lost")
-        while queues.contains(where: { $0.queue != nil }) && spins < 20_000 { usleep(1000); spins += 1 }
-        XCTAssertEqual(queues.filter { $0.queue != nil }.count, 0, "drained queues nobody references must be freed")
+        while queues.contains(where: { $0.value != nil }) && spins < 20_000 { usleep(1000); spins += 1 }
+        XCTAssertEqual(queues.filter { $0.value != nil }.count, 0, "drained queues nobody references must be freed")
     }
 
     // MARK: suspension and cancellation

@@ -19,6 +19,13 @@ enum Stress {
     static let isASan: Bool = ProcessInfo.processInfo.environment["SPINDLE_ASAN"] == "1"
 }
 
+/// A weak reference that a `@Sendable` closure can capture: for tests that check when an
+/// object is freed.
+final class Weak<T: AnyObject>: @unchecked Sendable {
+    weak var value: T?
+    init(_ value: T? = nil) { self.value = value }
+}
+
 /// This process's threads: their ids and names, from /proc/self/task/*/comm.
 func threads() -> [(tid: String, name: String)] {
     let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
