@@ -10,18 +10,11 @@ final class MutexTests: XCTestCase {
     /// sections long enough that contenders exhaust their spin and sleep: a lost
     /// increment means two holders at once; a hang means a lost wake-up (M2).
     func testMutualExclusionAndNoLostWakeUpUnderContention() {
-        let threads = 4
-        let rounds = Stress.count(20_000)
         let locked = FutexLocked(0)
         // Every 64th section is long: forces the futex path.
-        contend(threads: threads, rounds: rounds, longEvery: 64) { long in
-            locked.locked { value in
-                let v = value
-                if long { Self.holdForAWhile() }
-                value = v + 1
-            }
-        }
-        XCTAssertEqual(locked.locked { $0 }, threads * rounds, "increments were lost: two holders at once")
+        checkMutualExclusion(threads: 4, rounds: Stress.count(20_000), longEvery: 64,
+                             withLock: { body in locked.locked { body(&$0) } },
+                             total: { locked.locked { $0 } })
     }
 
     /// Synchronization's Mutex, taken through `locked` (Locking.swift) by threads whose
@@ -31,31 +24,34 @@ final class MutexTests: XCTestCase {
     /// (TSan reports a race on the counter) if `locked` stops announcing the critical
     /// section, as it does with a plain `withLock` (checked by making that change).
     func testAContendedSynchronizationMutexTakenThroughLockedIsVisibleToTSan() {
-        let threads = 3
-        let rounds = Stress.count(2_000)
         let counter = Mutex(0)
-        contend(threads: threads, rounds: rounds, longEvery: 16) { long in
-            counter.locked { value in
-                let v = value
-                if long { Self.holdForAWhile() }
-                value = v + 1
-            }
-        }
-        XCTAssertEqual(counter.locked { $0 }, threads * rounds, "increments were lost: two holders at once")
+        checkMutualExclusion(threads: 3, rounds: Stress.count(2_000), longEvery: 16,
+                             withLock: { body in counter.locked { body(&$0) } },
+                             total: { counter.locked { $0 } })
     }
 
-    /// Runs `threads` threads at once, each calling `increment` `rounds` times; its
-    /// argument is true for every `longEvery`-th call (offset per thread), where the
-    /// critical section should be long. Fails if a thread does not finish in a minute.
-    private func contend(threads: Int, rounds: Int, longEvery: Int,
-                         _ increment: @escaping @Sendable (_ long: Bool) -> Void) {
+    /// Runs `threads` threads at once, each incrementing a plain counter `rounds` times
+    /// through `withLock`, which runs its argument on the counter under the lock under
+    /// test; every `longEvery`-th critical section (offset per thread) is long. Fails if
+    /// a thread does not finish in a minute (a lost wake-up), or if `total` then reads
+    /// fewer than `threads × rounds` increments (two holders at once).
+    private func checkMutualExclusion(threads: Int, rounds: Int, longEvery: Int,
+                                      withLock: @escaping @Sendable ((inout Int) -> Void) -> Void,
+                                      total: () -> Int) {
         let started = DispatchGroup()
         let finished = DispatchSemaphore(value: 0)
         for t in 0..<threads {
             started.enter()
             Thread {
                 started.leave()
-                for i in 0..<rounds { increment((i + t) % longEvery == 0) }
+                for i in 0..<rounds {
+                    let long = (i + t) % longEvery == 0
+                    withLock { value in
+                        let v = value
+                        if long { for _ in 0..<2_000 { spindle_test_relax() } }
+                        value = v + 1
+                    }
+                }
                 finished.signal()
             }.start()
         }
@@ -63,10 +59,8 @@ final class MutexTests: XCTestCase {
         for _ in 0..<threads {
             XCTAssertEqual(finished.wait(timeout: .now() + 60), .success, "a waiter was never woken")
         }
+        XCTAssertEqual(total(), threads * rounds, "increments were lost: two holders at once")
     }
-
-    /// A few microseconds of work inside a critical section.
-    private static func holdForAWhile() { for _ in 0..<2_000 { spindle_test_relax() } }
 
     func testTryLockFailsWhileHeldAndSucceedsAfter() {
         let m = UnsafeMutablePointer<spindle_mutex>.allocate(capacity: 1)
