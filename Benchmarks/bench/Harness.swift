@@ -60,6 +60,13 @@ func median(_ xs: [Double]) -> Double {
     return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
 }
 
+/// `a` against `b` as every case reports it: the median of the per-repetition ratios of
+/// their figures in `perRep` (repetition i of `a` over repetition i of `b`, which ran
+/// side by side), so that drift between repetitions cancels.
+func medianRatio(_ a: String, _ b: String, in perRep: [String: [Double]]) -> Ratio {
+    Ratio(system: a, vs: b, median: median(zip(perRep[a]!, perRep[b]!).map { $0 / $1 }))
+}
+
 func percentile(_ sorted: [Double], _ p: Double) -> Double {
     precondition(!sorted.isEmpty)
     let rank = min(sorted.count - 1, max(0, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1))
@@ -134,11 +141,8 @@ func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [
             "\($0.name) \(String(format: "%.1f", samples[$0.name]!.last!)) ns"
         }.joined(separator: ", "))
     }
-    func ratio(_ a: String, _ b: String) -> Ratio {
-        Ratio(system: a, vs: b, median: median(zip(samples[a]!, samples[b]!).map { $0 / $1 }))
-    }
-    var ratios = systems.filter { $0.name != reference }.map { ratio($0.name, reference) }
-    for (a, b) in alsoVs where samples[a] != nil && samples[b] != nil { ratios.append(ratio(a, b)) }
+    var ratios = systems.filter { $0.name != reference }.map { medianRatio($0.name, reference, in: samples) }
+    for (a, b) in alsoVs where samples[a] != nil && samples[b] != nil { ratios.append(medianRatio(a, b, in: samples)) }
     return CaseResult(name: name, tasks: tasks, reps: reps, metric: .nsPerTask,
                       systems: systems.map { SystemResult(system: $0.name, tasks: $0.tasks ?? tasks, samples: samples[$0.name]!) },
                       ratios: ratios)

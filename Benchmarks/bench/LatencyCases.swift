@@ -62,7 +62,7 @@ func latencyCase(pool: ThreadPool, samples: Int, reps: Int) throws -> CaseResult
     return CaseResult(
         name: "latency", tasks: samples, reps: reps, metric: .latency,
         systems: ["spindle", "dispatch"].map { SystemResult(system: $0, tasks: samples, samples: p50s[$0]!, percentiles: recs[$0]!.percentiles()) },
-        ratios: [Ratio(system: "spindle", vs: "dispatch", median: median(zip(p50s["spindle"]!, p50s["dispatch"]!).map { $0 / $1 }))],
+        ratios: [medianRatio("spindle", "dispatch", in: p50s)],
         note: "p50 ratio is the median of per-repetition p50 ratios; percentiles are over all repetitions")
 }
 
@@ -117,7 +117,7 @@ func qosUnderLoadCase(samples: Int, reps: Int, cpus: Int) throws -> CaseResult {
     // kernel refused it (0: the kernel's).
     let slice = interactive.timeSliceError == nil ? interactive.requestedTimeSlice : nil
     let floor = try HandoffFloor(nice: interactive.effectiveNice,
-                                 sliceNanoseconds: slice.map { UInt32($0.components.seconds * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000) } ?? 0)
+                                 sliceNanoseconds: slice.map { UInt32($0 / .nanoseconds(1)) } ?? 0)
     let systems = ["spindle", "dispatch", "handoff-floor"]
     var recs = [String: LatencyRecorder]()
     var p99s = [String: [Double]]()
@@ -190,14 +190,11 @@ func qosUnderLoadCase(samples: Int, reps: Int, cpus: Int) throws -> CaseResult {
         }
         progress("[qos-under-load] rep \(r + 1)/\(reps): p99 " + systems.map { "\($0) \(fmt(p99s[$0]!.last!)) ns" }.joined(separator: ", "))
     }
-    func ratio(_ a: String, _ b: String) -> Ratio {
-        Ratio(system: a, vs: b, median: median(zip(p99s[a]!, p99s[b]!).map { $0 / $1 }))
-    }
     let nice = interactive.niceError == nil ? "\(interactive.effectiveNice)" : "\(interactive.effectiveNice) (negative nice refused: errno \(interactive.niceError!))"
     return CaseResult(
         name: "qos-under-load", tasks: samples, reps: reps, metric: .latency,
         systems: systems.map { SystemResult(system: $0, tasks: samples, samples: p99s[$0]!, percentiles: recs[$0]!.percentiles()) },
-        ratios: [ratio("spindle", "dispatch"), ratio("handoff-floor", "dispatch"), ratio("spindle", "handoff-floor")],
+        ratios: [("spindle", "dispatch"), ("handoff-floor", "dispatch"), ("spindle", "handoff-floor")].map { medianRatio($0, $1, in: p99s) },
         note: "userInteractive start latency under \(cpus * 2) lanes of background load; the ratio is of p99s; spindle userInteractive workers at nice \(nice), background at \(background.effectiveNice); handoff-floor: a bare futex wake of a parked thread pinned to the submitter's CPU, at the same nice and slice, under Spindle's background load")
 }
 
