@@ -32,11 +32,14 @@ enum ClosureTask {
         (raw + closureOffset).initializeMemory(as: Stored.self, repeating: Stored(work: work), count: 1)
         return task
     }
+}
 
-    /// Frees a node the engine refused (it was never queued).
-    static func discard(_ task: UnsafeMutablePointer<spindle_task>) {
-        _ = takeTaskPayload(task, Stored.self, at: closureOffset)
-    }
+/// Disposes of a node the engine refused (it was never queued) the way the engine
+/// disposes of one a cancelling shutdown discards: its own `run`, told
+/// `SPINDLE_CANCELLED`, releases what the node holds and frees it. So each node type
+/// (`ClosureTask`, `JobTask`) says once what "not run" means.
+func releaseRefusedTask(_ task: UnsafeMutablePointer<spindle_task>) {
+    task.pointee.run(task, SPINDLE_CANCELLED)
 }
 
 /// Where a payload of type `P` starts in a block that begins with the engine's task

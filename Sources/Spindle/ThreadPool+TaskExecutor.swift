@@ -75,10 +75,9 @@ enum JobTask {
         (raw + payloadOffset).initializeMemory(
             as: Payload.self, repeating: Payload(job: job, pool: .passRetained(pool)), count: 1)
         if spindle_submit_task(pool.raw, task) != 0 {
-            // Refused: the pool is shutting down. Nothing was queued.
-            let payload = takeTaskPayload(task, Payload.self, at: payloadOffset)
-            payload.pool.release()
-            runElsewhere(payload.job)
+            // Refused: the pool is shutting down. Nothing was queued; the job goes
+            // elsewhere, as when a cancelling shutdown discards it.
+            releaseRefusedTask(task)
         }
     }
 

@@ -236,7 +236,7 @@ public final class ThreadPool: @unchecked Sendable {
         let task = ClosureTask.make(work)
         let rc = spindle_submit_task(raw, task)
         if rc != 0 {
-            ClosureTask.discard(task)
+            releaseRefusedTask(task)
             throw Error.shutDown
         }
     }
