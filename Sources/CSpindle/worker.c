@@ -259,7 +259,8 @@ int spindle_thread_request_slice(uint32_t ns) {
     memset(&attr, 0, sizeof attr);
     attr.size = sizeof attr;
     attr.sched_policy = (uint32_t)sched_getscheduler(0);
-    attr.sched_nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    /* who 0: the calling thread's nice on Linux (as in park.c, outranks_caller). */
+    attr.sched_nice = getpriority(PRIO_PROCESS, 0);
     attr.sched_runtime = ns;
     return syscall(SYS_sched_setattr, 0, &attr, 0) == 0 ? 0 : errno;
 }
