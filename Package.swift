@@ -19,13 +19,14 @@ let package = Package(
     ],
     targets: [
         // The engine. C11; `_GNU_SOURCE` for sched_getaffinity, pthread_setname_np and
-        // the futex syscall; libnuma (libnuma-dev, installed by scripts/) for NUMA. No
-        // unsafe flags, so the package stays usable as a dependency:
-        // `scripts/check-c.sh` compiles the same sources with -Wall -Wextra -Werror.
+        // the futex syscall. libnuma is looked up at run time (Sources/CSpindle/numa.c),
+        // so building needs nothing beyond the toolchain. No unsafe flags, so the package
+        // stays usable as a dependency: `scripts/check-c.sh` compiles the same sources
+        // with -Wall -Wextra -Werror.
         .target(
             name: "CSpindle",
             cSettings: [.define("_GNU_SOURCE")],
-            linkerSettings: [.linkedLibrary("pthread"), .linkedLibrary("numa")]
+            linkerSettings: [.linkedLibrary("pthread"), .linkedLibrary("dl")]
         ),
         .target(
             name: "Spindle",

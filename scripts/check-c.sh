@@ -5,6 +5,8 @@
 # unsafe flags in Package.swift.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/deps.sh
+spindle_ensure_deps
 src=Sources/CSpindle
 flags=(-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -O2 -I"$src/include" -I"$src")
 for cc in gcc clang; do

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Installs the system packages Spindle needs, if they are missing. Sourced by the other
-# scripts; safe to run again (it does nothing when everything is present).
-#   libnuma-dev  NUMA topology and node-local allocation (the engine links libnuma)
+# Installs the system packages Spindle's scripts use, if they are missing. Sourced by
+# every other script (and by .ci/run) before anything else; safe to run again (it does
+# nothing when everything is present).
+#
+# Building Spindle needs nothing beyond the Swift toolchain: libnuma is looked up at run
+# time (Sources/CSpindle/numa.c). The scripts install its runtime library so that tests
+# and benchmarks run with node-local memory wherever the machine has several nodes:
+#   libnuma1   NUMA memory placement (optional for Spindle itself)
+spindle_have_lib() {
+  # ldconfig's cache, then the usual multiarch directories.
+  { command -v ldconfig >/dev/null && ldconfig -p 2>/dev/null | grep -q "$1"; } && return 0
+  ls /usr/lib/*-linux-gnu/"$1" /usr/lib64/"$1" /usr/lib/"$1" >/dev/null 2>&1
+}
+
 spindle_ensure_deps() {
   local missing=()
-  [ -f /usr/include/numa.h ] || missing+=(libnuma-dev)
+  spindle_have_lib libnuma.so.1 || missing+=(libnuma1)
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "spindle: installing ${missing[*]}" >&2
   local sudo=()

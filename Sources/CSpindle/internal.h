@@ -10,6 +10,7 @@
  *   pool.c      create, submit, destroy (the design essay and the shutdown protocol)
  *   spawn.c     the thread that starts every worker, at the process's own priority
  *   topology.c  CPUs and NUMA nodes from sysfs, placement plans and steal tiers
+ *   numa.c      libnuma, looked up at run time (dlopen), for node-local memory
  *   stats.c     counter snapshots and reports
  *   tsan.c      ThreadSanitizer annotations for locks TSan cannot see
  *   testing.c   direct access to a deque for the hammer tests
@@ -247,6 +248,15 @@ void spindle_run_task(spindle_worker *w, spindle_task *t);
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
 
+/* numa.c: libnuma at run time. */
+/* 0 when NUMA memory policy is usable; otherwise 1, with why in `buf`. */
+int spindle_numa_unavailable_reason(char *buf, size_t size);
+/* Usable, and more than one node: pools then take their memory from libnuma. */
+bool spindle_numa_multinode(void);
+/* `node` < 0: no particular node. NULL on failure. Free with spindle_numa_free. */
+void *spindle_numa_alloc(size_t bytes, int32_t node);
+void spindle_numa_free(void *mem, size_t bytes);
+
 /* topology.c */
 /* The largest CPU id + 1 Spindle handles; masks are CPU_ALLOC(SPINDLE_MAX_CPUS). */
 #define SPINDLE_MAX_CPUS 8192
@@ -314,6 +324,15 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch);
 /* Called by whoever set a latch that a worker was sleeping on. */
 void spindle_idle_wake_latch_waiter(spindle_worker *w);
 bool spindle_pool_has_pending_work(spindle_pool *pool);
+
+/* numa.c: libnuma at run time. */
+/* 0 when NUMA memory policy is usable; otherwise 1, with why in `buf`. */
+int spindle_numa_unavailable_reason(char *buf, size_t size);
+/* Usable, and more than one node: pools then take their memory from libnuma. */
+bool spindle_numa_multinode(void);
+/* `node` < 0: no particular node. NULL on failure. Free with spindle_numa_free. */
+void *spindle_numa_alloc(size_t bytes, int32_t node);
+void spindle_numa_free(void *mem, size_t bytes);
 
 /* topology.c */
 #include "spindle_topology.h"

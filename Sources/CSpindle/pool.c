@@ -96,7 +96,6 @@
 #include "internal.h"
 
 #include <errno.h>
-#include <numa.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,21 +128,30 @@ static void abort_create(spindle_pool *pool, uint32_t started) {
 
 /* ---- node-local memory -------------------------------------------------------------- */
 
-static void *default_alloc_on_node(size_t bytes, int32_t node, void *ctx) {
+/* Memory on a node through libnuma (numa.c), for a pool created while the process sees
+ * more than one node; numa_alloc_onnode rounds up to whole pages, which is fine for a
+ * deque ring or a worker's block (one per worker, made once). */
+static void *numa_alloc_on_node(size_t bytes, int32_t node, void *ctx) {
     (void)ctx;
-    /* libnuma only where there is more than one node; numa_alloc_onnode rounds up to
-     * whole pages, which is fine for a deque ring or a worker's block (one per worker,
-     * made once). */
-    if (node >= 0 && numa_available() >= 0 && numa_max_node() > 0) return numa_alloc_onnode(bytes, node);
+    return spindle_numa_alloc(bytes, node);
+}
+
+static void numa_free_on_node(void *mem, size_t bytes, void *ctx) {
+    (void)ctx;
+    spindle_numa_free(mem, bytes);
+}
+
+/* One node, or no libnuma: the heap. */
+static void *heap_alloc_on_node(size_t bytes, int32_t node, void *ctx) {
+    (void)node;
+    (void)ctx;
     return malloc(bytes);
 }
 
-static void default_free_on_node(void *mem, size_t bytes, void *ctx) {
+static void heap_free_on_node(void *mem, size_t bytes, void *ctx) {
+    (void)bytes;
     (void)ctx;
-    if (numa_available() >= 0 && numa_max_node() > 0)
-        numa_free(mem, bytes);
-    else
-        free(mem);
+    free(mem);
 }
 
 typedef struct node_alloc {
@@ -310,8 +318,16 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         : cfg.slice_ns != 0                  ? cfg.slice_ns
         : cfg.policy == SPINDLE_POLICY_NORMAL ? SPINDLE_DEFAULT_SLICE_NS
                                               : 0;
-    pool->alloc_on_node = cfg.alloc_on_node ? cfg.alloc_on_node : default_alloc_on_node;
-    pool->free_on_node = cfg.free_on_node ? cfg.free_on_node : default_free_on_node;
+    if (cfg.alloc_on_node) {
+        pool->alloc_on_node = cfg.alloc_on_node;
+        pool->free_on_node = cfg.free_on_node;
+    } else if (spindle_numa_multinode()) { /* decided once per pool (numa.c, N2) */
+        pool->alloc_on_node = numa_alloc_on_node;
+        pool->free_on_node = numa_free_on_node;
+    } else {
+        pool->alloc_on_node = heap_alloc_on_node;
+        pool->free_on_node = heap_free_on_node;
+    }
     pool->alloc_ctx = cfg.alloc_ctx;
     atomic_init(&pool->pin_error, 0);
     /* The CPUs it is planned for (topology.c, "Whose CPUs"): its unpinned workers start

@@ -7,9 +7,9 @@
  *   devices/system/cpu/cpuN/cache/index3/shared_cpu_list
  *   devices/system/node/online, node/nodeN/{cpulist,distance,meminfo}
  * intersected with the creator's affinity mask (sched_getaffinity; see "Whose CPUs"
- * below), so `taskset` and cgroup cpusets shrink the pool. libnuma is consulted only
- * for the real /sys: numa_available() < 0 (containers, seccomp) means one node, as does
- * a partial tree.
+ * below), so `taskset` and cgroup cpusets shrink the pool. libnuma (loaded at run time,
+ * numa.c) is consulted only for the real /sys: without it, or when it reports NUMA
+ * unavailable (containers, seccomp), the machine is one node, as with a partial tree.
  * Either fallback is reported once per process on stderr and always through
  * spindle_topology_fallback().
  *
@@ -46,7 +46,6 @@
 #include "spindle_topology.h"
 
 #include <errno.h>
-#include <numa.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,7 +317,8 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
 
     /* Nodes. */
     const char *why = NULL;
-    if (real_sys && numa_available() < 0) why = "libnuma reports NUMA unavailable (numa_available() < 0)";
+    char numa_why[192];
+    if (real_sys && spindle_numa_unavailable_reason(numa_why, sizeof numa_why)) why = numa_why;
     char *nodes_online = why ? NULL : read_text(root, "devices/system/node/online");
     if (!why && !nodes_online) why = "no devices/system/node/online in sysfs";
     int32_t node_ids[1024];

@@ -182,3 +182,35 @@ enum AllocationLog {
         return live.first { a >= $0.start && a + UInt(bytes) <= $0.start + UInt($0.bytes) }?.node
     }
 }
+
+/// libnuma is looked up when the process first needs it, not linked: a machine without
+/// it builds and runs Spindle, scheduled as one node, with a note that names the library.
+final class LibnumaAtRunTimeTests: XCTestCase {
+    override func tearDown() {
+        _ = spindle_test_numa_reload(nil) // back to the real library, if the machine has it
+    }
+
+    func testWithoutLibnumaTheMachineIsOneNodeAndTheNoteNamesTheLibrary() throws {
+        XCTAssertEqual(spindle_test_numa_reload("libnuma-not-installed.so.1"), 0)
+        let topo = try Topology.load() // the real /sys
+        XCTAssertEqual(topo.nodes.count, 1)
+        let why = try XCTUnwrap(topo.fallbackReason)
+        XCTAssertTrue(why.contains("libnuma-not-installed.so.1 is not installed"), why)
+        XCTAssertTrue(why.contains("libnuma1"), "the note names the package to install: \(why)")
+        // A pool still runs work.
+        let pool = try ThreadPool(configuration: .init())
+        let ran = Counter()
+        pool.concurrentPerform(iterations: 100) { _ in ran.increment() }
+        XCTAssertEqual(ran.value, 100)
+        try pool.shutdown()
+    }
+
+    func testTheRealLibraryIsFoundWhereItIsInstalled() throws {
+        let installed = FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libnuma.so.1")
+            || FileManager.default.fileExists(atPath: "/usr/lib/aarch64-linux-gnu/libnuma.so.1")
+        try XCTSkipUnless(installed, "libnuma1 is not installed on this machine")
+        XCTAssertEqual(spindle_test_numa_reload(nil), 1, "libnuma.so.1 is installed but was not usable")
+        let topo = try Topology.load()
+        if let why = topo.fallbackReason { XCTAssertFalse(why.contains("not installed"), why) }
+    }
+}

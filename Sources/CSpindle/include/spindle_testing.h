@@ -45,6 +45,11 @@ void spindle_test_worker_memory(const spindle_pool *pool, uint32_t w, const void
  *  it died, or -errno if fork failed. For spawn.c's fork handling. */
 int spindle_test_pool_in_forked_child(uint32_t timeout_ms);
 
+/** Looks libnuma up again under `soname` (NULL: the real name, libnuma.so.1), as if the
+ *  process had started with that library; returns whether NUMA is then usable. Lets a
+ *  test see how Spindle behaves on a machine without libnuma. */
+int spindle_test_numa_reload(const char *soname);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */
