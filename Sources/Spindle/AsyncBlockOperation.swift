@@ -56,10 +56,11 @@ open class AsyncBlockOperation: Operation, @unchecked Sendable {
     /// finishes when the closure returns. A cancelled operation finishes at once,
     /// without running it.
     ///
-    /// Traps, as ``Operation/start()`` does, when the operation is already executing or
-    /// finished, belongs to a queue (the queue starts it), or is not ready.
+    /// Like ``Operation/start()``, it leaves an operation that has finished as it is, and
+    /// traps when the operation is already executing, belongs to a queue (the queue
+    /// starts it), or is not ready.
     open override func start() {
-        let (cancelled, _) = claimStart()
+        guard let (cancelled, _) = claimStart() else { return }
         if cancelled {
             completeStart()
             return

@@ -60,7 +60,12 @@ open class BlockOperation: Operation, @unchecked Sendable {
         case 1: all[0]()
         default:
             let pool = ThreadPool.current ?? QoSPools.pool(for: qualityOfService)
-            pool.concurrentPerform(iterations: all.count, grain: 1) { all[$0]() }
+            // Every block sees the operation's queue as `OperationQueue.current` and the
+            // operation as the thread's current one, on whichever worker it runs.
+            let context = UncheckedSendableBox(ThreadState.current.runningContext)
+            pool.concurrentPerform(iterations: all.count, grain: 1) { i in
+                ThreadState.current.withRunningContext(context.value) { all[i]() }
+            }
         }
     }
 }

@@ -154,23 +154,39 @@ open class Operation: @unchecked Sendable {
     /// The queue this operation was added to (its address; 0: none), claimed with one
     /// CAS when it is added — which is also how adding it twice, or to two queues, is
     /// detected. Read without reference counting: valid while the operation is
-    /// unfinished, then for as long as `queueReference` is set (see `ownerQueue`).
+    /// unfinished, then for as long as `queueReference` is set (see `ownerQueue`). An
+    /// operation that holds its queue (`queueHeld`) clears it when it has finished
+    /// (see `dropQueue`).
     let queueWord = Atomic<UInt>(0)
     /// The strong reference behind `queueWord`, for an operation that code outside the
     /// queue can reach: set by the thread that claimed it, or — for one made by the
     /// block form of `addOperation`, which only the queue knows — under the queue's lock
     /// when `operations` hands it out (or when it is added out of direct mode: see
-    /// `queueHeld`); dropped only by deinit. Such code may call `cancel()` or change
-    /// readiness while the operation finishes, and would then reach a queue kept alive
-    /// only by its unfinished operations (see `OperationQueue.counts`, "Lifetime").
-    /// The queue's list holds its operations until they finish and the list is pruned
-    /// or the queue drains, which is when that cycle ends. It costs the adding thread a
-    /// retain and the thread where the operation dies a release: without them, the
-    /// add-and-wait loop of the `operation-throughput` benchmark is 10-12% faster
-    /// (paired medians, 184 → 169 and 198 → 171 ns per operation).
+    /// `queueHeld`). Such code may call `cancel()` or change readiness or priority while
+    /// the operation finishes, and would then reach a queue kept alive only by its
+    /// unfinished operations (see `OperationQueue.counts`, "Lifetime").
+    ///
+    /// Dropped when the operation has finished (`dropQueue`) if it was set before the
+    /// operation could start (`queueHeld`), so that a program that keeps finished
+    /// operations does not keep their queue; otherwise (one `operations` handed out)
+    /// by deinit. The block form of `addOperation` in direct mode does without it: the
+    /// retain on the adding thread and the release where the operation dies are a
+    /// tenth of the `operation-throughput` loop (docs/performance.md).
     @exclusivity(unchecked) var queueReference: OperationQueue?
-    /// ``queuePriority``, as its raw value: read on every add, without a lock.
-    let priorityWord = Atomic<Int>(QueuePriority.normal.rawValue)
+    /// Pins on `queueWord` by code outside the queue's own paths (`withPinnedQueue`), in
+    /// the low bits, and two flags: `pinsCleared`, set by the finish once it has cleared
+    /// `queueWord`, and `pinsReleased`, set by whoever then drops `queueReference` —
+    /// the finish when no pin is held, else the last pin to go. All on one word, so
+    /// that every step is one RMW in a single modification order: a pin taken before
+    /// the finish's `pinsCleared` is seen by it (and releases the reference itself when
+    /// it goes); one taken after reads `queueWord` as 0 and leaves the queue alone.
+    let queuePins = Atomic<UInt>(0)
+    static let pinsCleared: UInt = 1 << 62
+    static let pinsReleased: UInt = 1 << 63
+    /// ``queuePriority``, as its raw value (`priorityUnset` until it is assigned): read
+    /// on every add, without a lock.
+    let priorityWord = Atomic<Int>(Operation.priorityUnset)
+    static let priorityUnset = Int.min
 
     /// The queue, if any — alive while this operation is unfinished (the queue holds
     /// itself), and after that as long as `queueReference` is set.
@@ -314,13 +330,14 @@ open class Operation: @unchecked Sendable {
     ///
     /// Operations in a queue are started by the queue; call `start()` yourself only on
     /// an operation that is in no queue. A cancelled operation finishes without calling
-    /// ``main()``. Override it (without calling `super`) for asynchronous operations.
+    /// ``main()``, and one that has already finished is left as it is. Override it
+    /// (without calling `super`) for asynchronous operations.
     ///
-    /// Traps when the operation is already executing or finished, belongs to a queue,
-    /// or is not ready (has unfinished dependencies): Foundation treats each of these
-    /// as a programmer error.
+    /// Traps when the operation is already executing, belongs to a queue, or is not
+    /// ready (has unfinished dependencies): Foundation treats each of these as a
+    /// programmer error.
     open func start() {
-        let (cancelled, byQueue) = claimStart()
+        guard let (cancelled, byQueue) = claimStart() else { return }
         // A plain Operation or BlockOperation — the exact class, which overrides none of
         // the notification methods — gets their effect directly: eight dynamic calls
         // and string comparisons fewer per operation. Subclasses, which may observe
@@ -334,7 +351,13 @@ open class Operation: @unchecked Sendable {
                 didChangeValue(forKey: "isExecuting") // observers hear `.executing` from here
             }
             if byQueue {
-                main() // the queue's runner has made us the thread's current operation
+                // The queue's runner has made us the thread's current operation.
+                if let queue = ownerQueue,
+                   queue._withUnsafeGuaranteedRef({ $0.hasProgress.load(ordering: .acquiring) }) {
+                    queue._withUnsafeGuaranteedRef { $0.runReportingProgress(self) }
+                } else {
+                    main()
+                }
             } else {
                 let state = ThreadState.current
                 let saved = state.currentOperation
@@ -355,9 +378,13 @@ open class Operation: @unchecked Sendable {
     /// of this module that override it (``AsyncBlockOperation``): traps on the misuse
     /// Foundation traps on, then moves the operation from pending to executing.
     /// Returns whether it was cancelled before it started, and whether its queue is
-    /// the caller.
+    /// the caller; nil for an operation that has already finished, which `start()`
+    /// then leaves alone (Foundation returns without calling `main()`).
     @inline(__always)
-    final func claimStart() -> (cancelled: Bool, byQueue: Bool) {
+    final func claimStart() -> (cancelled: Bool, byQueue: Bool)? {
+        if phase.load(ordering: .acquiring) == Phase.finished.rawValue || finishHandled.load(ordering: .acquiring) {
+            return nil
+        }
         let cancelled = isCancelled
         // The queue starts only operations it found ready; a manual start is checked.
         let byQueue = startedByQueue.load(ordering: .acquiring)
@@ -375,7 +402,7 @@ open class Operation: @unchecked Sendable {
             if previous == Phase.executing.rawValue {
                 fatalError("Operation.start() was called on \(describe()), which is already executing")
             }
-            fatalError("Operation.start() was called on \(describe()), which has already finished")
+            return nil // it finished meanwhile
         }
         return (cancelled, byQueue)
     }
@@ -393,8 +420,11 @@ open class Operation: @unchecked Sendable {
 
     /// Asks the operation to stop. Queued operations that have not started finish
     /// without running ``main()``; a running operation should check ``isCancelled``.
-    /// Cancelling an operation that waits on dependencies makes it ready at once.
+    /// Cancelling an operation that waits on dependencies makes it ready at once (a
+    /// custom ``isReady`` condition of its own still holds it). Cancelling one that has
+    /// finished has no effect.
     open func cancel() {
+        if isFinished || finishHandled.load(ordering: .acquiring) { return }
         if cancelledFlag.exchange(true, ordering: .acquiringAndReleasing) { return }
         willChangeValue(forKey: "isCancelled")
         didChangeValue(forKey: "isCancelled")
@@ -487,10 +517,40 @@ open class Operation: @unchecked Sendable {
         set { withExtras { $0.name = newValue } }
     }
 
-    /// Priority relative to the other ready operations of the same queue.
+    /// Priority relative to the other ready operations of the same queue. Changing it
+    /// while the operation waits in its queue for its turn moves it to its new place.
+    ///
+    /// Until it is assigned, it reads ``QueuePriority/normal``, and on a queue that is
+    /// not serial an operation with a ``qualityOfService`` of its own is ordered as
+    /// Foundation orders it: userInteractive as veryHigh, userInitiated as high, utility
+    /// as low, background as veryLow.
     open var queuePriority: QueuePriority {
         get { QueuePriority(rawValue: priorityWord.load(ordering: .relaxed)) ?? .normal }
-        set { priorityWord.store(newValue.rawValue, ordering: .relaxed) }
+        set {
+            priorityWord.store(newValue.rawValue, ordering: .relaxed)
+            // The operation, which code outside the queue holds, holds its queue
+            // (`OperationQueue.counts`, rule 3).
+            if readySignalled.load(ordering: .acquiring), inQueue {
+                withPinnedQueue { $0.operationPriorityChanged(self) }
+            }
+        }
+    }
+
+    /// The index of the ready list this operation waits on in its queue (see
+    /// ``queuePriority``). Called under the queue's lock.
+    func queueLevel(serial: Bool) -> Int {
+        let raw = priorityWord.load(ordering: .relaxed)
+        if raw != Operation.priorityUnset { return (QueuePriority(rawValue: raw) ?? .normal).level }
+        if serial || !hasOwnPriority.load(ordering: .acquiring) { return QueuePriority.normal.level }
+        let (qos, explicit) = guarded.locked { ($0.qualityOfService, $0.qosExplicit) }
+        guard explicit else { return QueuePriority.normal.level }
+        switch qos {
+        case .userInteractive: return QueuePriority.veryHigh.level
+        case .userInitiated: return QueuePriority.high.level
+        case .utility: return QueuePriority.low.level
+        case .background: return QueuePriority.veryLow.level
+        default: return QueuePriority.normal.level
+        }
     }
 
     /// The quality of service the operation runs at. When left at `.default`, the
@@ -520,8 +580,11 @@ open class Operation: @unchecked Sendable {
     }
 
     /// Runs once, after the operation has finished (whether it ran or was cancelled),
-    /// and is then set to nil. It runs on the thread that finished the operation,
-    /// before waiters on the operation or its queue are released.
+    /// and is then set to nil. It runs after the operation has been retired — its
+    /// dependents released, its queue's counts updated, its waiters woken — as a task
+    /// of its own on a worker of the operation's quality of service, outside any queue
+    /// (``OperationQueue/current`` is nil there), as Foundation runs it on a secondary
+    /// thread. So `waitUntilFinished()` may return before it has run.
     open var completionBlock: (@Sendable () -> Void)? {
         get {
             // Through a struct, as in finishProtocol: no re-abstraction.
@@ -534,21 +597,21 @@ open class Operation: @unchecked Sendable {
         }
     }
 
-    /// The operations this one waits for.
-    open var dependencies: [Operation] { guarded.locked { $0.dependencies } }
+    /// The operations this one waits for (not the barriers its queue makes it wait for).
+    open var dependencies: [Operation] {
+        guarded.locked { $0.dependencies }.filter { !($0 is BarrierOperation) }
+    }
 
     // MARK: - Dependencies
 
-    /// Makes this operation wait until `op` has finished. Works across queues.
-    /// Traps when `op` is this operation, or when the new edge closes a dependency
-    /// cycle: none of the operations in the cycle could ever become ready.
+    /// Makes this operation wait until `op` has finished. Works across queues, and on
+    /// an operation the queue holds as ready but has not started yet: it waits again.
+    ///
+    /// A dependency cycle, this operation included, is accepted, as by Foundation: none
+    /// of its operations becomes ready until one of them is cancelled (a cancelled
+    /// operation is ready whatever its dependencies, finishes without running
+    /// ``main()``, and so releases the next).
     open func addDependency(_ op: Operation) {
-        if op === self {
-            fatalError("Operation.addDependency: \(describe()) cannot depend on itself")
-        }
-        if op.dependsTransitively(on: self) {
-            fatalError("Operation.addDependency: making \(describe()) depend on \(op.describe()) creates a dependency cycle")
-        }
         let added = guarded.locked { g -> Bool in
             if g.dependencies.contains(where: { $0 === op }) { return false }
             g.dependencies.append(op)
@@ -565,7 +628,7 @@ open class Operation: @unchecked Sendable {
         op.needsFinishLock.store(true, ordering: .sequentiallyConsistent)
         let registered = op.guarded.locked { g -> Bool in
             if op.finishHandled.load(ordering: .acquiring) { return false }
-            g.dependents.insert(self)
+            g.dependents.insert(self) // self too, for `op === self`: see finishProtocol
             return true
         }
         // Already finished: the edge is satisfied at once.
@@ -710,14 +773,68 @@ open class Operation: @unchecked Sendable {
 
     /// Tells the queue, exactly once, that this operation may start — if it is in a
     /// queue and its (possibly overridden) `isReady` says so.
+    ///
+    /// The other way too: an operation the queue holds as ready but has not started, whose
+    /// `isReady` has turned false (a dependency added, a custom condition), is taken
+    /// back, and waits until it is ready again ("not considered ready to execute until
+    /// all of its dependent operations have finished"). Cancellation makes an operation
+    /// ready through the base ``isReady``, so a custom condition still holds it.
     func evaluateReadiness() {
-        if readySignalled.load(ordering: .acquiring) { return }
-        guard let queue = ownerQueue, !finishHandled.load(ordering: .acquiring) else { return }
-        // The dynamic `isReady` is read outside our lock: overrides call `super`.
-        guard isCancelled || isReady else { return }
-        // The queue decides, under its lock, whether this is the one signal.
-        queue._withUnsafeGuaranteedRef { $0.operationBecameReady(self) }
+        let signalled = readySignalled.load(ordering: .acquiring)
+        if signalled && !hasOwnReadiness { return }
+        withPinnedQueue { queue in
+            guard !finishHandled.load(ordering: .acquiring) else { return }
+            // The dynamic `isReady` is read outside our lock: overrides call `super`.
+            let ready = isReady
+            if ready == signalled { return }
+            // The queue decides, under its lock, whether this is the one signal.
+            if ready {
+                queue.operationBecameReady(self)
+            } else if queue.operationBecameUnready(self) && isReady {
+                // It turned ready again while the queue took it back, and its
+                // notification found it still signalled: signal it now.
+                queue.operationBecameReady(self)
+            }
+        }
     }
+
+    /// Runs `body` on the operation's queue, if it still has one, for code that may run
+    /// while the operation finishes (see `queuePins`).
+    func withPinnedQueue(_ body: (OperationQueue) -> Void) {
+        queuePins.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        // seq_cst, after the pin: a finish that cleared the word before we pinned is seen.
+        let bits = queueWord.load(ordering: .sequentiallyConsistent)
+        if bits != 0 {
+            Unmanaged<OperationQueue>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
+                ._withUnsafeGuaranteedRef(body)
+        }
+        if queuePins.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue == Operation.pinsCleared {
+            releaseQueueReference()
+        }
+    }
+
+    /// At the end of the finish of an operation that holds its queue: forgets the queue,
+    /// so that a program that keeps the operation does not keep the queue (Foundation
+    /// drops it too). Its `queueReference` goes now, or with the last pin.
+    func dropQueue() {
+        queueWord.store(0, ordering: .sequentiallyConsistent)
+        queuePins.bitwiseOr(Operation.pinsCleared, ordering: .sequentiallyConsistent)
+        releaseQueueReference()
+    }
+
+    /// Drops `queueReference` if the finish has cleared the word and no pin is held:
+    /// once, by whoever wins the CAS.
+    private func releaseQueueReference() {
+        guard queuePins.compareExchange(expected: Operation.pinsCleared,
+                                        desired: Operation.pinsCleared | Operation.pinsReleased,
+                                        ordering: .acquiringAndReleasing).exchanged else { return }
+        queueReference = nil
+    }
+
+    /// Whether readiness can turn false after the queue took the operation as ready: a
+    /// class of its own may override `isReady`, and any operation can be given a new
+    /// dependency. (A plain operation without dependencies skips the re-evaluation.)
+    var hasOwnReadiness: Bool { !isPlainClass || hadDependencies.load(ordering: .acquiring) }
 
     /// The effect of `didChangeValue(forKey: "isExecuting")`.
     func executingChanged() {
@@ -777,7 +894,15 @@ open class Operation: @unchecked Sendable {
                 // only as a guaranteed reference and never captured by a closure (a
                 // capture is a retain in unoptimised builds; SPINDLE_STRESS=20 found it).
                 var ready: [Operation] = []
+                let me = Dependents.key(self)
                 g.dependents.forEach { dependent in
+                    // An operation that depends on itself (legal, if useless) is counted
+                    // down here: its lock is the one we hold. It is finishing, so it
+                    // needs no signal.
+                    if Dependents.key(dependent) == me {
+                        g.unfinished -= 1
+                        return
+                    }
                     let nowReady = dependent._withUnsafeGuaranteedRef(Operation.countDownOneEdge)
                     if nowReady { ready.append(dependent.takeUnretainedValue()) }
                 }
@@ -800,44 +925,51 @@ open class Operation: @unchecked Sendable {
         }
         for d in handOff.ready { d.dependenciesSatisfied() }
         notify(.finished)
-        handOff.completion?()
+        // Where the completion block will run, read while the queue is certainly alive.
+        let completionPool = handOff.completion == nil ? nil : QoSPools.engine(
+            for: effectiveQoS(queueDefault: queue?._withUnsafeGuaranteedRef { $0.qualityOfService } ?? .default))
         // The queue is alive: it has not counted this operation finished (and holds
         // itself until it has). `operationFinished` may free it.
         queue?._withUnsafeGuaranteedRef { $0.operationFinished(self) }
         if chained { ts._withUnsafeGuaranteedRef { $0.finishing = nil } }
+        // `queueHeld` is written before the operation can start, never after.
+        if queue != nil && queueHeld { dropQueue() }
         // Last: release the waiters. A waiter sets `hasWaiters` and then checks
         // `finishCompleted` under the lock; we set `finishCompleted` and then check
         // `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or we
         // see its flag and take the lock — after its registration or before it, and in
         // the latter case it then sees `finishCompleted` under the lock.
         finishCompleted.store(true, ordering: .sequentiallyConsistent)
-        guard hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) else { return }
-        let waiters = guarded.locked { g -> [Waiter] in
-            let w = g.waiters
-            g.waiters = []
-            g.extras?.observers = []
-            return w
+        if hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) {
+            let waiters = guarded.locked { g -> [Waiter] in
+                let w = g.waiters
+                g.waiters = []
+                g.extras?.observers = []
+                return w
+            }
+            for w in waiters { w.signal() }
         }
-        for w in waiters { w.signal() }
+        if let completion = handOff.completion, let completionPool {
+            runCompletionBlock(completion, on: completionPool)
+        }
     }
 
-    /// Whether `target` is among this operation's transitive dependencies.
-    ///
-    /// A new edge `target -> self` can only close a cycle if something already depends
-    /// on `target`; an operation being built (no dependents yet) costs one lock, so
-    /// building a long chain stays O(1) per edge. Otherwise a depth-first search, over
-    /// unfinished operations only (a finished one can no longer wait on anything).
-    func dependsTransitively(on target: Operation) -> Bool {
-        if target.guarded.locked({ $0.dependents.isEmpty }) { return false }
-        var stack: [Operation] = [self]
-        var seen = Set<ObjectIdentifier>()
-        while let op = stack.popLast() {
-            if op === target { return true }
-            guard seen.insert(ObjectIdentifier(op)).inserted else { continue }
-            if op.finishHandled.load(ordering: .acquiring) { continue }
-            stack.append(contentsOf: op.dependencies)
+    /// Runs the completion block after the operation has been retired: dependents
+    /// released, its queue told, waiters woken. As with Foundation, it runs as a task of
+    /// its own (on a worker of the operation's class), not on the thread that finished
+    /// the operation, outside any queue: inside it ``OperationQueue/current`` is nil
+    /// (on a worker), and it may wait for its operation, a dependent, or the queue —
+    /// even a serial queue it adds an operation to — without deadlocking the finish it
+    /// would otherwise be part of. The task holds the operation, so a block that
+    /// captures it `unowned` finds it alive.
+    func runCompletionBlock(_ completion: @escaping @Sendable () -> Void, on pool: OpaquePointer) {
+        let task = ClosureTask.make { [self] in
+            ThreadState.current.withRunningContext((nil, nil), completion)
+            withExtendedLifetime(self) {}
         }
-        return false
+        let rc = spindle_submit_task(pool, task)
+        // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool).
+        precondition(rc == 0, "Spindle: a process-wide pool refused a completion block (engine bug, rc \(rc))")
     }
 }
 

@@ -55,7 +55,11 @@ open class OperationQueue: @unchecked Sendable {
         var selfRetained = false
         var maxConcurrent = OperationQueue.defaultMaxConcurrentOperationCount
         var suspended = false
-        var name: String
+        /// Open `addOperations` batches: while any is, nothing starts, so that a batch
+        /// is enqueued whole before any of it starts (`addOperations(_:waitUntilFinished:)`).
+        var batching = 0
+        /// The name given (nil: the default, from the queue's address).
+        var name: String?
         var qualityOfService: QualityOfService = .default
         var underlyingQueue: DispatchQueue?
         var lastBarrier: Operation?
@@ -186,18 +190,37 @@ open class OperationQueue: @unchecked Sendable {
 
         func push(_ op: Operation, level: Int) { ready.push(op, level: level) }
 
-        /// The highest-priority ready operation, skipping retired ones.
+        /// The highest-priority ready operation, skipping retired ones, and handing back
+        /// one that has been given an unfinished dependency since it was found ready: it
+        /// is signalled again when that dependency finishes (`evaluateReadiness`).
         func popReady() -> Operation? {
             while let op = ready.pop() {
-                if !op.queueRetired { return op }
+                if op.queueRetired { continue }
+                if op.hadDependencies.load(ordering: .acquiring) && !op.cancelledFlag.load(ordering: .acquiring) {
+                    // Under the operation's lock, where its dependencies are counted down:
+                    // the dependency that finishes later then finds it unsignalled.
+                    let waiting = op.guarded.locked { g -> Bool in
+                        guard g.unfinished > 0 else { return false }
+                        op.readySignalled.store(false, ordering: .relaxed)
+                        return true
+                    }
+                    if waiting { continue }
+                }
+                return op
             }
             return nil
         }
 
+        /// The ready list `op` belongs on: its queue priority; when none was assigned and
+        /// the queue is not serial, its quality of service's (Foundation's rule:
+        /// userInteractive as veryHigh, userInitiated high, utility low, background
+        /// veryLow).
+        func level(of op: Operation) -> Int { op.queueLevel(serial: maxConcurrent == 1) }
+
         /// Takes the operations that may start now and counts them as running in
         /// `counts` (see ``OperationQueue/counts``).
         mutating func takeStartable(_ counts: borrowing Atomic<UInt64>) -> Startable {
-            guard !suspended else { return .none }
+            guard !suspended && batching == 0 else { return .none }
             var out = Startable.none
             // seq_cst load: after the RMW that set `scheduledBit` (see there).
             while maxConcurrent < 0
@@ -223,7 +246,7 @@ open class OperationQueue: @unchecked Sendable {
         func isDrained(unfinished: Int) -> Bool { unfinished == 0 && linked == 0 && releasing == 0 }
 
         /// Direct mode: see the type's documentation.
-        var isDirect: Bool { maxConcurrent < 0 && !suspended }
+        var isDirect: Bool { maxConcurrent < 0 && !suspended && batching == 0 }
     }
 
     let state: FutexLocked<State>
@@ -298,12 +321,25 @@ open class OperationQueue: @unchecked Sendable {
     let hasProgress = Atomic<Bool>(false)
     /// Set once anyone observes `operationCount`, so unobserved queues skip the work.
     let hasCountObservers = Atomic<Bool>(false)
-    private static let counter = Atomic<Int>(0)
+    /// Barriers added and not finished: counted in `counts` (the queue is not drained
+    /// while one waits) but not in ``operationCount``, which lists only what the program
+    /// added. Incremented after the barrier is counted in, decremented before it is
+    /// counted out, so that `operationCount` errs high, never low.
+    let pendingBarriers = Atomic<Int>(0)
+    /// Serialises the updates Spindle makes to the progress tree (`runReportingProgress`).
+    let progressLock = NSLock()
+    /// The quality of service assigned to the queue (its raw value; `Int.min`: none), for
+    /// the operations made by ``addOperation(_:)-(()->Void)``, which take it on as theirs,
+    /// as with Foundation.
+    let assignedQoS = Atomic<Int>(Int.min)
+    /// True for ``main``, whose width, suspension, name, quality of service and
+    /// underlying queue cannot be changed: it stays serial on the main thread.
+    let isMainQueue: Bool
 
     /// Creates a queue. It starts operations as soon as they are ready.
     public init() {
-        let n = OperationQueue.counter.add(1, ordering: .relaxed).newValue
-        state = FutexLocked(State(name: "Spindle.OperationQueue \(n)"))
+        isMainQueue = false
+        state = FutexLocked(State())
     }
 
     init(main: Void) {
@@ -311,7 +347,9 @@ open class OperationQueue: @unchecked Sendable {
         s.maxConcurrent = 1
         s.underlyingQueue = DispatchQueue.main
         s.qualityOfService = .userInteractive
+        isMainQueue = true
         state = FutexLocked(s)
+        assignedQoS.store(QualityOfService.userInteractive.rawValue, ordering: .relaxed)
         counts.store(OperationQueue.scheduledBit, ordering: .relaxed) // not yet shared
     }
 
@@ -341,8 +379,11 @@ open class OperationQueue: @unchecked Sendable {
     /// As in Foundation, a subclass that overrides ``addOperation(_:)-(Operation)``
     /// sees the operation made here.
     open func addOperation(_ block: consuming @escaping @Sendable () -> Void) {
+        let qos = assignedQoS.load(ordering: .relaxed)
         guard type(of: self) == OperationQueue.self else {
-            addOperation(BlockOperation(block: block))
+            let op = BlockOperation(block: block)
+            if qos != Int.min { op.qualityOfService = QualityOfService(rawValue: qos) ?? .default }
+            addOperation(op)
             return
         }
         // An operation made here is seen by no other thread until it is registered: it
@@ -351,21 +392,40 @@ open class OperationQueue: @unchecked Sendable {
         // there and released here. Three atomic read-modify-writes fewer per operation.
         let u = Unmanaged<Operation>.passRetained(BlockOperation(block: block))
         u._withUnsafeGuaranteedRef { op in
+            // The queue's assigned quality of service becomes the operation's (it then
+            // takes a lock and a flag: only on queues that were given one).
+            if qos != Int.min { op.qualityOfService = QualityOfService(rawValue: qos) ?? .default }
             op.queueWord.store(UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()), ordering: .relaxed)
-            register(u, op, readyNow: true, level: Operation.QueuePriority.normal.level, fresh: true, isBarrier: false)
+            register(u, op, readyNow: true, fresh: true, isBarrier: false)
         }
     }
 
     /// Adds several operations; with `wait`, blocks until they have all finished.
+    ///
+    /// The batch is enqueued whole before any of it starts, so a queue narrower than the
+    /// batch (or one being resumed) starts its operations in priority order, not in the
+    /// order of the array.
     open func addOperations(_ ops: [Operation], waitUntilFinished wait: Bool) {
-        for op in ops { enqueue(op) }
+        if ops.count > 1 {
+            // Held like a suspension: added operations wait on their ready lists, and
+            // finishing ones take the lock (`scheduledBit`) instead of starting more.
+            startWhatCan { $0.batching += 1 }
+            for op in ops { enqueue(op) }
+            startWhatCan { $0.batching -= 1 }
+        } else {
+            for op in ops { enqueue(op) }
+        }
         if wait { for op in ops { op.waitUntilFinished() } }
     }
 
     /// Adds a barrier: `barrier` runs after every operation added before it has
     /// finished, and operations added after it start only once it has finished.
+    ///
+    /// The barrier is the queue's own: it is not listed in ``operations``, counted in
+    /// ``operationCount``, or listed among the `dependencies` of the operations that wait
+    /// for it.
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
-        let op = BlockOperation(block: barrier)
+        let op = BarrierOperation(block: barrier)
         let before = state.locked { s -> [Operation] in
             s.lastBarrier = op
             // The barrier's `dependencies` will list them.
@@ -398,9 +458,9 @@ open class OperationQueue: @unchecked Sendable {
         let noDependencies = !op.hadDependencies.load(ordering: .acquiring) || op.guarded.locked { $0.unfinished == 0 }
         // A plain operation's readiness is "no dependencies" (it overrides nothing);
         // other classes may override `isReady`, so ask them.
-        let readyNow = noDependencies && (op.isPlainClass || op.isCancelled || op.isReady)
-        register(Unmanaged.passRetained(op), op, readyNow: readyNow, level: op.queuePriority.level,
-                 fresh: false, isBarrier: isBarrier)
+        // (Cancellation makes the base `isReady` true; a custom condition still holds.)
+        let readyNow = noDependencies && (op.isPlainClass || op.isReady)
+        register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
     }
 
     /// Registers a claimed operation and starts it if it may start. `u` is a reference
@@ -418,7 +478,7 @@ open class OperationQueue: @unchecked Sendable {
     /// nothing else touching the memory (a suspended queue), adding costs 78–81 ns per
     /// operation with the lock and the same in an unsafe build without it.
     @inline(__always)
-    private func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool, level: Int,
+    private func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
                           fresh: Bool, isBarrier: Bool) {
         // An operation the caller holds keeps the queue alive for as long as it lives
         // (see `counts`, rule 3); one made here needs only the queue's own reference.
@@ -455,6 +515,7 @@ open class OperationQueue: @unchecked Sendable {
             }
             // Counted in (and, when it starts directly, as running) before it can start.
             s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
+            if isBarrier { pendingBarriers.add(1, ordering: .sequentiallyConsistent) }
             if !s.selfRetained {
                 s.selfRetained = true
                 _ = Unmanaged.passUnretained(self).retain()
@@ -470,7 +531,7 @@ open class OperationQueue: @unchecked Sendable {
                 op.queueStarted = true
                 out.config = DispatchConfig(s)
             } else if becomesReady {
-                s.push(op, level: level)
+                s.push(op, level: s.level(of: op))
                 out.start = s.takeStartable(counts)
                 out.config = out.start.isEmpty ? nil : DispatchConfig(s)
             }
@@ -511,20 +572,44 @@ open class OperationQueue: @unchecked Sendable {
     // MARK: - Scheduling
 
     func operationBecameReady(_ op: Operation) {
-        let level = op.queuePriority.level
         let (start, config) = state.locked { s -> (Startable, DispatchConfig?) in
             // Exactly once, and never before `enqueue` has counted the operation (it
             // re-evaluates readiness itself after registering it). Both checks are
             // under our lock, which is where every write of these fields happens.
             guard op.queueLinked, !op.readySignalled.load(ordering: .relaxed) else { return (.none, nil) }
             op.readySignalled.store(true, ordering: .relaxed)
-            s.push(op, level: level)
+            s.push(op, level: s.level(of: op))
+            return (s.takeStartable(counts), DispatchConfig(s))
+        }
+        if let config { dispatch(start, config) }
+    }
+
+    /// Takes back an operation found ready that has not started, whose readiness turned
+    /// false; true when it did (it is then signalled again when it turns ready).
+    func operationBecameUnready(_ op: Operation) -> Bool {
+        state.locked { s -> Bool in
+            guard op.queueLinked, op.readySignalled.load(ordering: .relaxed), !op.queueStarted,
+                  !op.queueRetired, s.ready.remove(op) else { return false }
+            op.readySignalled.store(false, ordering: .relaxed)
+            return true
+        }
+    }
+
+    /// Moves a ready, unstarted operation to the list of its new priority (at its end,
+    /// as Foundation does), so that the queue starts it in that order.
+    func operationPriorityChanged(_ op: Operation) {
+        let (start, config) = state.locked { s -> (Startable, DispatchConfig?) in
+            guard op.queueLinked, op.readySignalled.load(ordering: .relaxed), !op.queueStarted,
+                  !op.queueRetired, s.ready.remove(op) else { return (.none, nil) }
+            s.push(op, level: s.level(of: op))
             return (s.takeStartable(counts), DispatchConfig(s))
         }
         if let config { dispatch(start, config) }
     }
 
     func operationFinished(_ op: Operation) {
+        // Before it is counted out: see `pendingBarriers`.
+        if op is BarrierOperation { pendingBarriers.subtract(1, ordering: .sequentiallyConsistent) }
         // Written under the lock before the operation could start; we run after it did.
         let started = op.queueStarted
         op.queueDone.store(true, ordering: .releasing)
@@ -589,7 +674,6 @@ open class OperationQueue: @unchecked Sendable {
             }
             // Not started by the queue: it may sit in a ready list; skip it there.
             if !started { op.queueRetired = true }
-            if let p = s.progress, p.totalUnitCount > 0 { p.completedUnitCount += 1 }
             if out.remaining == 0 {
                 out.waiters = s.waiters
                 s.waiters = []
@@ -620,7 +704,10 @@ open class OperationQueue: @unchecked Sendable {
                 return s.waiters
             }
         }
-        for o in out.observers { o(out.remaining) }
+        if !out.observers.isEmpty {
+            let visible = max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
+            for o in out.observers { o(visible) }
+        }
         for w in waiters { w.signal() }
         // Nothing starts when it has drained. When nothing starts and it has not
         // drained, this finisher is done with the queue, which may have been freed
@@ -684,10 +771,35 @@ open class OperationQueue: @unchecked Sendable {
         }
         op.startedByQueue.store(true, ordering: .releasing)
         op.start()
+        // A custom operation that became finished inside `start()` without announcing it
+        // is noticed here, as Foundation's queue notices it.
+        if !op.isPlainClass && !op.finishHandled.load(ordering: .acquiring) && op.isFinished {
+            op.finishProtocol()
+        }
         ts._withUnsafeGuaranteedRef { ts in
             ts.currentQueue = savedQueue
             ts.currentOperation = savedOp
         }
+    }
+
+    /// Runs `op`'s `main()` inside a progress of one unit, child of the queue's, when the
+    /// queue's progress has a total (see ``progress``).
+    func runReportingProgress(_ op: Operation) {
+        let parent = op is BarrierOperation ? nil : state.locked { $0.progress }
+        guard let parent, parent.totalUnitCount > 0 else {
+            op.main()
+            return
+        }
+        // Progress is not thread-safe on Linux: the tree's updates that Spindle makes
+        // are serialised by the queue's progress lock.
+        let child = progressLock.withLock { () -> Progress in
+            let child = Progress(totalUnitCount: 1)
+            parent.addChild(child, withPendingUnitCount: 1)
+            return child
+        }
+        child.becomeCurrent(withPendingUnitCount: 1)
+        op.main()
+        progressLock.withLock { child.resignCurrent() }
     }
 
     // MARK: - Identity (what Foundation's OperationQueue inherits from NSObject)
@@ -709,9 +821,13 @@ open class OperationQueue: @unchecked Sendable {
     // MARK: - Control
 
     /// Cancels every operation in the queue. Those not started finish without running
-    /// `main()`; their completion blocks still run.
+    /// `main()`; their completion blocks still run. Works on ``main`` too.
+    ///
+    /// Pending barriers are cancelled too, as by Foundation: their blocks do not run,
+    /// but they still keep the operations added after them waiting until the ones
+    /// before them have finished.
     open func cancelAllOperations() {
-        for op in operations { op.cancel() }
+        for op in state.locked({ handOut($0.unfinished) }) { op.cancel() }
     }
 
     /// Blocks until the queue has no operations left. Called from a pool thread, that
@@ -742,20 +858,34 @@ open class OperationQueue: @unchecked Sendable {
         }
     }
 
-    /// The operations in the queue that have not finished, in the order they were added.
-    open var operations: [Operation] { state.locked { handOut($0.unfinished) } }
+    /// The operations in the queue that have not finished, in the order they were added
+    /// (barriers, which the queue adds for itself, are not listed).
+    open var operations: [Operation] {
+        state.locked { handOut($0.unfinished) }.filter { !($0 is BarrierOperation) }
+    }
 
     /// `ops`, from the queue's list, about to be seen by code other than the queue's:
     /// one made by the block form of `addOperation` must now hold its queue like any
     /// other (`counts`, rule 3). Called under the lock, where the list holds them and
     /// nobody else writes the field.
     private func handOut(_ ops: [Operation]) -> [Operation] {
-        for op in ops where op.queueReference == nil { op.queueReference = self }
+        // An operation that holds its queue already (`queueHeld`) is skipped without
+        // reading the reference, which its finish may be dropping (`Operation.dropQueue`).
+        for op in ops where !op.queueHeld && op.queueReference == nil { op.queueReference = self }
         return ops
     }
 
-    /// How many operations are in the queue and not finished.
-    open var operationCount: Int { unfinishedCount }
+    /// How many operations are in the queue and not finished (barriers not counted).
+    open var operationCount: Int {
+        // Barriers are counted out before they finish and in after they are added
+        // (`pendingBarriers`); reading their count on both sides of the total keeps a
+        // barrier that finishes meanwhile from making the result too low.
+        while true {
+            let barriers = pendingBarriers.load(ordering: .sequentiallyConsistent)
+            let total = unfinishedCount
+            if pendingBarriers.load(ordering: .sequentiallyConsistent) == barriers { return max(0, total - barriers) }
+        }
+    }
 
     /// How many operations may run at once; ``defaultMaxConcurrentOperationCount``
     /// (-1) means as many as the pool runs. 1 makes the queue serial. Lowering it does
@@ -765,34 +895,55 @@ open class OperationQueue: @unchecked Sendable {
         get { state.locked { $0.maxConcurrent } }
         set {
             precondition(newValue >= -1, "OperationQueue.maxConcurrentOperationCount must be -1 (the default) or >= 0, got \(newValue)")
+            if isMainQueue { return } // stays serial, as with Foundation
             startWhatCan { $0.maxConcurrent = newValue }
         }
     }
 
     /// While true, the queue starts no operation; running ones continue, and added or
-    /// cancelled ones wait. Setting it back to false starts what is ready.
+    /// cancelled ones wait. Setting it back to false starts what is ready. The main
+    /// queue cannot be suspended (setting it has no effect, as with Foundation).
     open var isSuspended: Bool {
         get { state.locked { $0.suspended } }
-        set { startWhatCan { $0.suspended = newValue } }
+        set {
+            if isMainQueue { return }
+            startWhatCan { $0.suspended = newValue }
+        }
     }
 
-    /// The queue's name; unique by default.
+    /// The queue's name: by default `NSOperationQueue 0x…`, with the queue's address,
+    /// as Foundation names it. Setting nil gives the empty name. The main queue's name
+    /// cannot be changed.
     open var name: String? {
-        get { state.locked { $0.name } }
-        set { state.locked { $0.name = newValue ?? "" } }
+        get {
+            state.locked { $0.name } ?? "NSOperationQueue \(Unmanaged.passUnretained(self).toOpaque())"
+        }
+        set {
+            if isMainQueue { return }
+            state.locked { $0.name = newValue ?? "" }
+        }
     }
 
-    /// The quality of service for operations that do not set their own.
+    /// The quality of service for operations that do not set their own; the operations
+    /// that ``addOperation(_:)-(()->Void)`` makes take it on. Fixed on the main queue.
     open var qualityOfService: QualityOfService {
         get { state.locked { $0.qualityOfService } }
-        set { state.locked { $0.qualityOfService = newValue } }
+        set {
+            if isMainQueue { return }
+            state.locked { s in
+                s.qualityOfService = newValue
+                assignedQoS.store(newValue.rawValue, ordering: .relaxed)
+            }
+        }
     }
 
     /// When set, operations run on this dispatch queue instead of Spindle's pool.
     /// Changing it while the queue holds operations traps (Foundation forbids it too).
+    /// The main queue's is always `DispatchQueue.main`.
     open var underlyingQueue: DispatchQueue? {
         get { state.locked { $0.underlyingQueue } }
         set {
+            if isMainQueue { return }
             let ok = state.locked { s -> Bool in
                 guard unfinishedCount == 0 else { return false }
                 s.underlyingQueue = newValue
@@ -802,8 +953,12 @@ open class OperationQueue: @unchecked Sendable {
         }
     }
 
-    /// Progress of the queue. Once `totalUnitCount` is set, every operation that
-    /// finishes adds one completed unit.
+    /// Progress of the queue. Once `totalUnitCount` is set, every operation whose
+    /// `main()` the queue runs to its end adds one completed unit, as with Foundation:
+    /// not cancelled operations, barriers, or operations that override `start()`
+    /// without calling `super`. While `main()` runs, a progress of one unit, a child
+    /// of this one, is current on its thread (`Progress.current()`), so a `Progress`
+    /// the operation makes becomes its implicit child.
     open var progress: Progress {
         hasProgress.store(true, ordering: .sequentiallyConsistent)
         return state.locked { s in
@@ -834,7 +989,7 @@ open class OperationQueue: @unchecked Sendable {
 
     private func notifyCountChange() {
         let observers = state.locked { s in s.countObservers.map(\.handler) }
-        let count = unfinishedCount
+        let count = operationCount
         for o in observers { o(count) }
     }
 }
@@ -905,6 +1060,20 @@ final class ReadyRings {
             head = 0
         }
 
+        mutating func remove(_ op: Operation) -> Bool {
+            let target = Unmanaged.passUnretained(op).toOpaque()
+            guard let i = (0..<count).first(where: {
+                slots.unsafelyUnwrapped[(head + $0) & (capacity - 1)].toOpaque() == target
+            }) else { return false }
+            let removed = slots.unsafelyUnwrapped[(head + i) & (capacity - 1)]
+            for j in i..<(count - 1) {
+                slots.unsafelyUnwrapped[(head + j) & (capacity - 1)] = slots.unsafelyUnwrapped[(head + j + 1) & (capacity - 1)]
+            }
+            count -= 1
+            removed.release()
+            return true
+        }
+
         mutating func releaseAll() {
             while count > 0 { _ = pop() }
             slots?.deallocate()
@@ -926,6 +1095,14 @@ final class ReadyRings {
 
     func push(_ op: Operation, level: Int) { rings[level].push(op) }
 
+    /// Takes `op` out of whichever ring holds it, keeping the others' order; false when
+    /// none does. O(ready operations): for the rare re-prioritisation or readiness
+    /// change of an operation that waits for its turn.
+    func remove(_ op: Operation) -> Bool {
+        for level in 0..<ReadyRings.levels where rings[level].remove(op) { return true }
+        return false
+    }
+
     /// The oldest operation of the highest non-empty level.
     func pop() -> Operation? {
         for level in (0..<ReadyRings.levels).reversed() where rings[level].count > 0 {
@@ -940,6 +1117,10 @@ final class ReadyRings {
         rings.deallocate()
     }
 }
+
+/// The operation behind ``OperationQueue/addBarrierBlock(_:)``: the queue's own, so not
+/// listed in `operations`, counted in `operationCount`, or listed in `dependencies`.
+final class BarrierOperation: BlockOperation, @unchecked Sendable {}
 
 struct UncheckedSendableBox<T>: @unchecked Sendable {
     let value: T

@@ -27,6 +27,24 @@ final class ThreadState {
     /// to run next on this thread instead of submitting it to the pool. Unretained, as
     /// a task is: the runner borrows the queue list's reference (`Operation.runState`).
     @exclusivity(unchecked) var chainNext: Unmanaged<Operation>?
+    /// The queue and operation this thread is running, as one value.
+    var runningContext: (queue: Unmanaged<OperationQueue>?, operation: Unmanaged<Operation>?) {
+        (currentQueue, currentOperation)
+    }
+
+    /// Runs `body` with `context` as the running queue and operation, then restores
+    /// what was there: for work that runs on another thread on behalf of an operation
+    /// (the other blocks of a BlockOperation), or outside any (a completion block). The
+    /// references stay valid while the operation runs: its runner holds it, and an
+    /// unfinished operation keeps its queue alive (`OperationQueue.counts`).
+    func withRunningContext(_ context: (queue: Unmanaged<OperationQueue>?, operation: Unmanaged<Operation>?),
+                            _ body: () -> Void) {
+        let saved = runningContext
+        (currentQueue, currentOperation) = context
+        body()
+        (currentQueue, currentOperation) = saved
+    }
+
     /// True while this thread is inside `releaseIteratively`.
     var draining = false
     /// Dependency arrays waiting to be released by the active drain loop.

@@ -28,6 +28,8 @@ final class AsyncBlockOperationTests: XCTestCase {
         XCTAssertTrue(op.isFinished)
         XCTAssertFalse(op.isExecuting)
         q.waitUntilAllOperationsAreFinished()
+        // The completion block runs as a task of its own, after the operation retired.
+        XCTAssertTrue(eventually { log.all.count == 4 })
         let all = log.all
         XCTAssertEqual(Array(all.prefix(2)), ["begin on utility: true", "end on utility: true"])
         // The completion block and the dependent both follow the closure's end.
@@ -84,7 +86,7 @@ final class AsyncBlockOperationTests: XCTestCase {
         q.waitUntilAllOperationsAreFinished()
         XCTAssertTrue(op.isFinished)
         XCTAssertFalse(ran.value.load(ordering: .relaxed))
-        XCTAssertTrue(completed.value.load(ordering: .relaxed))
+        XCTAssertTrue(eventually { completed.value.load(ordering: .acquiring) })
     }
 
     /// Started by hand from a thread outside the pools, it runs on the pool of its own

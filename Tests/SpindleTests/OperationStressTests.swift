@@ -80,11 +80,13 @@ final class OperationStressTests: XCTestCase {
         }
         XCTAssertEqual(finished.wait(timeout: .now() + 120), .success, "waitUntilAllOperationsAreFinished did not return")
 
+        // Completion blocks run as tasks of their own, after their operations retired.
+        _ = eventually { (0..<n).allSatisfy { probe.completed[$0].load(ordering: .acquiring) >= 1 } }
         var wrongRuns = 0, wrongCompletions = 0, unfinished = 0
         for i in 0..<n {
             let r = probe.ran[i].load(ordering: .relaxed)
             if cancelledEver[i] ? r > 1 : r != 1 { wrongRuns += 1 }
-            if probe.completed[i].load(ordering: .relaxed) != 1 { wrongCompletions += 1 }
+            if probe.completed[i].load(ordering: .acquiring) != 1 { wrongCompletions += 1 }
             if !ops[i].isFinished { unfinished += 1 }
         }
         XCTAssertEqual(wrongRuns, 0, "operations whose main ran a wrong number of times")

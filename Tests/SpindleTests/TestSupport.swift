@@ -96,3 +96,14 @@ final class Counter: Sendable {
     /// Acquiring: whatever the counted work did before its increment is visible.
     var value: Int { count.load(ordering: .acquiring) }
 }
+
+/// Polls `condition` until it holds or `seconds` pass; whether it held. For what happens
+/// asynchronously by design (a completion block runs as a task of its own).
+func eventually(within seconds: Double = 10, _ condition: () -> Bool) -> Bool {
+    let deadline = DispatchTime.now() + seconds
+    while !condition() {
+        if DispatchTime.now() > deadline { return false }
+        usleep(1_000)
+    }
+    return true
+}

@@ -1,0 +1,517 @@
+import Foundation
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// Behaviours where Spindle must do what Foundation's `OperationQueue` does (Apple's
+/// documentation deciding, and where it is silent, swift-corelibs-foundation), written
+/// as programs a user of Foundation would write.
+final class FoundationFidelityTests: XCTestCase {
+    /// Waits for `op` on another thread, so that an operation that never finishes fails
+    /// the test instead of hanging the suite.
+    func finishes(_ op: Operation, within seconds: Double = 10) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        let box = UncheckedBox(op)
+        Thread.detachNewThread {
+            box.value.waitUntilFinished()
+            done.signal()
+        }
+        return done.wait(timeout: .now() + seconds) == .success
+    }
+
+    /// The same for a whole queue.
+    func drains(_ q: OperationQueue, within seconds: Double = 10) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        let box = UncheckedBox(q)
+        Thread.detachNewThread {
+            box.value.waitUntilAllOperationsAreFinished()
+            done.signal()
+        }
+        return done.wait(timeout: .now() + seconds) == .success
+    }
+
+    func logging(_ log: Log, _ name: String, hold: UInt32 = 0) -> BlockOperation {
+        let op = BlockOperation {
+            log.add(name)
+            if hold > 0 { usleep(hold) }
+        }
+        op.name = name
+        return op
+    }
+
+    // MARK: dependencies
+
+    func testADependencyCycleIsLegalAndCancellingOneOfItsOperationsBreaksIt() {
+        let q = OperationQueue()
+        let log = Log()
+        let a = logging(log, "a"), b = logging(log, "b")
+        a.addDependency(b)
+        b.addDependency(a) // legal, as with Foundation
+        q.addOperations([a, b], waitUntilFinished: false)
+        usleep(30_000)
+        XCTAssertFalse(a.isFinished || b.isFinished, "neither is ready while the cycle stands")
+        a.cancel()
+        XCTAssertTrue(drains(q))
+        XCTAssertEqual(log.all, ["b"], "the cancelled one finishes without main, and releases the other")
+        XCTAssertTrue(a.isFinished && b.isFinished)
+    }
+
+    func testAnOperationMayDependOnItselfAndCancellingItFinishesIt() {
+        let q = OperationQueue()
+        let log = Log()
+        let a = logging(log, "a")
+        a.addDependency(a)
+        XCTAssertEqual(a.dependencies, [a])
+        XCTAssertFalse(a.isReady)
+        q.addOperation(a)
+        a.cancel()
+        XCTAssertTrue(finishes(a))
+        XCTAssertEqual(log.all, [])
+    }
+
+    func testADependencyAddedToAQueuedReadyOperationMakesItWait() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let log = Log()
+        let op = logging(log, "op")
+        q.addOperation(op) // ready, waiting for the queue to resume
+        let d = logging(log, "d")
+        op.addDependency(d)
+        XCTAssertFalse(op.isReady)
+        q.isSuspended = false
+        usleep(50_000)
+        XCTAssertFalse(op.isFinished, "it ran before its new dependency")
+        OperationQueue().addOperation(d)
+        XCTAssertTrue(finishes(op))
+        XCTAssertEqual(log.all, ["d", "op"])
+        XCTAssertTrue(op.isReady)
+    }
+
+    func testADependencyAddedToAnOperationWaitingForAWidthSlotMakesItWait() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let log = Log()
+        let gate = DispatchSemaphore(value: 0)
+        q.addOperation { gate.wait() }
+        let op = logging(log, "op")
+        q.addOperation(op) // ready, waiting for the slot
+        let d = logging(log, "d")
+        op.addDependency(d)
+        gate.signal()
+        usleep(50_000)
+        XCTAssertFalse(op.isFinished, "it ran before its new dependency")
+        OperationQueue().addOperation(d)
+        XCTAssertTrue(finishes(op))
+        XCTAssertEqual(log.all, ["d", "op"])
+    }
+
+    /// An operation with a readiness condition of its own, announced as Apple documents.
+    final class Gated: Operation, @unchecked Sendable {
+        let open: Atomic<Bool>
+        let ran = Atomic<Bool>(false)
+        init(open: Bool) { self.open = Atomic(open) }
+        override var isReady: Bool { super.isReady && open.load(ordering: .acquiring) }
+        func set(_ value: Bool) {
+            willChangeValue(forKey: "isReady")
+            open.store(value, ordering: .releasing)
+            didChangeValue(forKey: "isReady")
+        }
+        override func main() { ran.store(true, ordering: .relaxed) }
+    }
+
+    func testACustomReadinessThatTurnsFalseBeforeTheStartHoldsTheOperation() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let op = Gated(open: true)
+        q.addOperation(op)
+        op.set(false)
+        q.isSuspended = false
+        usleep(50_000)
+        XCTAssertFalse(op.isFinished, "it started while isReady was false")
+        op.set(true)
+        XCTAssertTrue(finishes(op))
+        XCTAssertTrue(op.ran.load(ordering: .relaxed))
+    }
+
+    func testCancellationOverridesDependenciesButNotACustomReadinessCondition() {
+        let q = OperationQueue()
+        let op = Gated(open: false)
+        op.addDependency(BlockOperation {}) // never run
+        q.addOperation(op)
+        op.cancel()
+        usleep(50_000)
+        XCTAssertFalse(op.isFinished, "it finished while its own isReady was false")
+        op.set(true)
+        XCTAssertTrue(finishes(op))
+        XCTAssertFalse(op.ran.load(ordering: .relaxed), "a cancelled operation finishes without main")
+    }
+
+    // MARK: lifecycle
+
+    func testCancellingAFinishedOperationHasNoEffect() {
+        let op = BlockOperation {}
+        op.start()
+        op.cancel()
+        XCTAssertFalse(op.isCancelled)
+        let queued = BlockOperation {}
+        OperationQueue().addOperation(queued)
+        queued.waitUntilFinished()
+        queued.cancel()
+        XCTAssertFalse(queued.isCancelled)
+    }
+
+    func testStartingAFinishedOperationReturnsWithoutRunningMainAgain() {
+        let runs = Counter()
+        let op = BlockOperation { runs.increment() }
+        op.start()
+        op.start()
+        XCTAssertEqual(runs.value, 1)
+        XCTAssertTrue(op.isFinished)
+        let queued = BlockOperation { runs.increment() }
+        OperationQueue().addOperation(queued)
+        queued.waitUntilFinished()
+        queued.start()
+        XCTAssertEqual(runs.value, 2)
+    }
+
+    // MARK: ordering
+
+    func testABatchIsEnqueuedWholeBeforeAnyOfItStarts() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let log = Log()
+        let normal = logging(log, "normal"), low = logging(log, "low")
+        let veryHigh = logging(log, "veryHigh"), veryLow = logging(log, "veryLow")
+        low.queuePriority = .low
+        veryHigh.queuePriority = .veryHigh
+        veryLow.queuePriority = .veryLow
+        q.addOperations([normal, low, veryHigh, veryLow], waitUntilFinished: true)
+        XCTAssertEqual(log.all, ["veryHigh", "normal", "low", "veryLow"])
+    }
+
+    func testABatchWiderThanTheQueueStartsItsHighestPrioritiesFirst() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 2
+        let log = Log()
+        let names = ["normal", "low", "veryHigh", "veryLow", "high"]
+        let priorities: [Operation.QueuePriority] = [.normal, .low, .veryHigh, .veryLow, .high]
+        let ops = zip(names, priorities).map { name, p in
+            let op = logging(log, name, hold: 20_000)
+            op.queuePriority = p
+            return op
+        }
+        q.addOperations(ops, waitUntilFinished: true)
+        XCTAssertEqual(Set(log.all.prefix(2)), ["veryHigh", "high"])
+        XCTAssertEqual(log.all.last, "veryLow")
+    }
+
+    func testResumingASuspendedSerialQueueStartsByPriority() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let log = Log()
+        for (name, p) in [("normal", Operation.QueuePriority.normal), ("low", .low), ("veryHigh", .veryHigh), ("veryLow", .veryLow)] {
+            let op = logging(log, name)
+            op.queuePriority = p
+            q.addOperation(op)
+        }
+        q.isSuspended = false
+        XCTAssertTrue(drains(q))
+        XCTAssertEqual(log.all, ["veryHigh", "normal", "low", "veryLow"])
+    }
+
+    func testChangingThePriorityOfAWaitingOperationReordersTheQueue() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let log = Log()
+        let a = logging(log, "a"), b = logging(log, "b"), c = logging(log, "c")
+        q.addOperations([a, b, c], waitUntilFinished: false)
+        c.queuePriority = .veryHigh
+        a.queuePriority = .veryLow
+        q.isSuspended = false
+        XCTAssertTrue(drains(q))
+        XCTAssertEqual(log.all, ["c", "b", "a"])
+    }
+
+    func testQualityOfServiceOrdersOperationsOfEqualPriorityAsFoundationDoes() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 2
+        q.isSuspended = true
+        let log = Log()
+        // B and A start first; A's slot frees first (at 30 ms), then B's (at 150 ms), so
+        // the order of the next two shows which the queue took first.
+        let a = logging(log, "A", hold: 30_000), b = logging(log, "B", hold: 150_000)
+        let c = logging(log, "C", hold: 10_000), d = logging(log, "D", hold: 10_000)
+        b.qualityOfService = .userInteractive
+        c.qualityOfService = .background
+        for op in [a, b, c, d] { q.addOperation(op) }
+        XCTAssertEqual(c.queuePriority, .normal, "the priority it reads is still the default")
+        q.isSuspended = false
+        XCTAssertTrue(drains(q))
+        XCTAssertEqual(Set(log.all.prefix(2)), ["A", "B"])
+        XCTAssertEqual(Array(log.all.suffix(2)), ["D", "C"])
+    }
+
+    func testOnASerialQueueQualityOfServiceDoesNotReorder() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let log = Log()
+        let a = logging(log, "A"), b = logging(log, "B")
+        b.qualityOfService = .userInteractive
+        q.addOperations([a, b], waitUntilFinished: false)
+        q.isSuspended = false
+        XCTAssertTrue(drains(q))
+        XCTAssertEqual(log.all, ["A", "B"])
+    }
+
+    // MARK: the queue
+
+    func testAQueueDefaultNameCarriesItsAddress() {
+        let q = OperationQueue()
+        XCTAssertEqual(q.name, "NSOperationQueue \(Unmanaged.passUnretained(q).toOpaque())")
+        q.name = "parser"
+        XCTAssertEqual(q.name, "parser")
+        q.name = nil
+        XCTAssertEqual(q.name, "")
+    }
+
+    func testTheBlockFormTakesOnTheQueuesQualityOfService() {
+        let q = OperationQueue()
+        q.qualityOfService = .utility
+        q.isSuspended = true
+        q.addOperation {}
+        XCTAssertEqual(q.operations.first?.qualityOfService, .utility)
+        let plain = OperationQueue()
+        plain.isSuspended = true
+        plain.addOperation {}
+        XCTAssertEqual(plain.operations.first?.qualityOfService, .default)
+        q.isSuspended = false
+        plain.isSuspended = false
+    }
+
+    func testTheMainQueueKeepsItsConfiguration() {
+        let main = OperationQueue.main
+        let name = main.name
+        main.name = "renamed"
+        main.maxConcurrentOperationCount = 4
+        main.isSuspended = true
+        main.qualityOfService = .background
+        main.underlyingQueue = DispatchQueue(label: "elsewhere")
+        XCTAssertEqual(main.name, name)
+        XCTAssertEqual(main.maxConcurrentOperationCount, 1)
+        XCTAssertFalse(main.isSuspended)
+        XCTAssertEqual(main.qualityOfService, .userInteractive)
+        XCTAssertEqual(main.underlyingQueue?.label, DispatchQueue.main.label)
+    }
+
+    func testBarriersAreNotListedCountedOrShownAsDependencies() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let log = Log()
+        let a = logging(log, "a"), b = logging(log, "b")
+        q.addOperation(a)
+        q.addBarrierBlock { log.add("barrier") }
+        q.addOperation(b)
+        XCTAssertEqual(q.operations, [a, b])
+        XCTAssertEqual(q.operationCount, 2)
+        XCTAssertEqual(b.dependencies, [])
+        q.isSuspended = false
+        XCTAssertTrue(drains(q))
+        XCTAssertEqual(log.all, ["a", "barrier", "b"], "the ordering is kept")
+        XCTAssertEqual(q.operationCount, 0)
+    }
+
+    func testAnOperationCountObserverDoesNotSeeBarriers() {
+        let q = OperationQueue()
+        let seen = Mutex<[Int]>([])
+        q.onOperationCountChange { n in seen.locked { $0.append(n) } }
+        q.addBarrierBlock {}
+        XCTAssertTrue(drains(q))
+        XCTAssertTrue(seen.locked { $0 }.allSatisfy { $0 == 0 }, "\(seen.locked { $0 })")
+    }
+
+    func testAQueueIsFreedWhenTheProgramDropsItButKeepsItsFinishedOperations() {
+        let weakQueue = Weak<OperationQueue>()
+        var kept: [Operation] = []
+        do {
+            let q = OperationQueue()
+            weakQueue.value = q
+            let ops = (0..<10).map { _ in BlockOperation {} }
+            q.addOperations(ops, waitUntilFinished: true)
+            let serial = OperationQueue()
+            serial.maxConcurrentOperationCount = 1
+            let more = (0..<10).map { _ in BlockOperation {} }
+            serial.addOperations(more, waitUntilFinished: true)
+            kept = ops + more
+        }
+        XCTAssertTrue(eventually(within: 5) { weakQueue.value == nil }, "the queue lives on while its finished operations do")
+        for op in kept {
+            op.cancel()
+            op.queuePriority = .high
+        }
+        XCTAssertTrue(kept.allSatisfy { $0.isFinished && !$0.isCancelled })
+    }
+
+    /// Priority changes and cancellations racing with the finish that drops the queue:
+    /// every queue is freed, and nothing touches a freed one (AddressSanitizer and
+    /// ThreadSanitizer runs check the latter).
+    func testQueuesAreFreedWhileOtherThreadsTouchTheirFinishingOperations() {
+        let rounds = Stress.count(300)
+        let freed = Counter()
+        for _ in 0..<rounds {
+            let weakQueue = Weak<OperationQueue>()
+            let op = BlockOperation {}
+            do {
+                let q = OperationQueue()
+                q.maxConcurrentOperationCount = 2
+                weakQueue.value = q
+                q.addOperation(op)
+            }
+            let box = UncheckedBox(op)
+            onThreads(2) { i in
+                for _ in 0..<20 {
+                    if i == 0 { box.value.queuePriority = .high } else { box.value.cancel() }
+                }
+            }
+            op.waitUntilFinished()
+            if eventually(within: 5, { weakQueue.value == nil }) { freed.increment() }
+        }
+        XCTAssertEqual(freed.value, rounds)
+    }
+
+    // MARK: progress
+
+    /// An asynchronous operation that overrides `start()` without calling `super`.
+    final class OwnStart: Operation, @unchecked Sendable {
+        let done = Atomic<Bool>(false)
+        override var isAsynchronous: Bool { true }
+        override var isExecuting: Bool { false }
+        override var isFinished: Bool { done.load(ordering: .acquiring) }
+        override func start() {
+            willChangeValue(forKey: "isFinished")
+            done.store(true, ordering: .releasing)
+            didChangeValue(forKey: "isFinished")
+        }
+    }
+
+    func testProgressCountsOnlyOperationsWhoseMainRanToTheEnd() {
+        let q = OperationQueue()
+        q.progress.totalUnitCount = 3
+        q.isSuspended = true
+        let sawCurrent = Atomic<Bool>(false)
+        q.addOperation(BlockOperation {
+            sawCurrent.store(Progress.current() != nil, ordering: .relaxed)
+        })
+        // Implicit child progress: made while the operation's progress is current.
+        q.addOperation(BlockOperation {
+            let child = Progress(totalUnitCount: 10)
+            child.completedUnitCount = 10
+        })
+        let cancelled = BlockOperation {}
+        cancelled.cancel()
+        q.addOperation(cancelled)
+        q.addOperation(OwnStart())
+        q.addBarrierBlock {}
+        q.isSuspended = false
+        XCTAssertTrue(drains(q))
+        XCTAssertTrue(sawCurrent.load(ordering: .relaxed), "Progress.current() was nil inside main")
+        XCTAssertEqual(q.progress.completedUnitCount, 2)
+    }
+
+    // MARK: completion blocks
+
+    func testACompletionBlockRunsAfterTheOperationRetiredAndMayWaitForTheQueue() {
+        let q = OperationQueue()
+        let op = BlockOperation {}
+        let ref = UncheckedBox(op)
+        let done = DispatchSemaphore(value: 0)
+        let sawCurrent = Mutex<OperationQueue?>(nil)
+        let listed = Atomic<Bool>(true)
+        op.completionBlock = {
+            sawCurrent.locked { $0 = OperationQueue.current }
+            listed.store(q.operations.contains(ref.value), ordering: .relaxed)
+            q.waitUntilAllOperationsAreFinished()
+            ref.value.waitUntilFinished()
+            done.signal()
+        }
+        q.addOperation(op)
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the completion block deadlocked")
+        XCTAssertNil(sawCurrent.locked { $0 })
+        XCTAssertFalse(listed.load(ordering: .relaxed))
+    }
+
+    func testACompletionBlockMayWaitForADependentAndForWorkItAddsToItsSerialQueue() {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let op = BlockOperation {}
+        let dependent = BlockOperation {}
+        dependent.addDependency(op)
+        let dep = UncheckedBox(dependent)
+        let done = DispatchSemaphore(value: 0)
+        op.completionBlock = {
+            dep.value.waitUntilFinished()
+            let more = BlockOperation {}
+            q.addOperation(more)
+            more.waitUntilFinished()
+            done.signal()
+        }
+        q.addOperations([op, dependent], waitUntilFinished: false)
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the completion block deadlocked")
+    }
+
+    func testACompletionBlockFindsItsOperationAliveThroughAnUnownedCapture() {
+        let done = DispatchSemaphore(value: 0)
+        let cancelled = Atomic<Bool>(true)
+        do {
+            let op = BlockOperation {}
+            op.completionBlock = { [unowned op] in
+                cancelled.store(op.isCancelled, ordering: .relaxed)
+                done.signal()
+            }
+            OperationQueue().addOperation(op)
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertFalse(cancelled.load(ordering: .relaxed))
+    }
+
+    // MARK: block operations
+
+    func testEveryBlockOfABlockOperationSeesItsQueueAsCurrent() {
+        let q = OperationQueue()
+        let op = BlockOperation {}
+        let misses = Atomic<Int>(0)
+        let ran = Counter()
+        let check: @Sendable () -> Void = {
+            if OperationQueue.current !== q { misses.add(1, ordering: .relaxed) }
+            ran.increment()
+            usleep(2_000) // long enough that the pool spreads them
+        }
+        op.addExecutionBlock(check)
+        for _ in 0..<7 { op.addExecutionBlock(check) }
+        q.addOperation(op)
+        XCTAssertTrue(finishes(op))
+        XCTAssertEqual(ran.value, 8)
+        XCTAssertEqual(misses.load(ordering: .relaxed), 0)
+    }
+
+    // MARK: custom operations that do not announce a change
+
+    /// Becomes finished inside `start()` without announcing it.
+    final class SilentFinish: Operation, @unchecked Sendable {
+        let done = Atomic<Bool>(false)
+        override var isAsynchronous: Bool { true }
+        override var isFinished: Bool { done.load(ordering: .acquiring) }
+        override func start() { done.store(true, ordering: .releasing) }
+    }
+
+    func testAnUnannouncedFinishInsideStartIsNoticedWhenStartReturns() {
+        let q = OperationQueue()
+        let op = SilentFinish()
+        q.addOperation(op)
+        XCTAssertTrue(drains(q), "the queue never noticed the operation finished")
+        XCTAssertTrue(finishes(op))
+    }
+}
