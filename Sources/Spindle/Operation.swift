@@ -786,6 +786,11 @@ open class Operation: @unchecked Sendable {
             guard !finishHandled.load(ordering: .acquiring) else { return }
             // The dynamic `isReady` is read outside our lock: overrides call `super`.
             let ready = isReady
+            if !ready && !signalled && !isPlainClass && guarded.locked({ $0.unfinished == 0 }) {
+                // Only its own condition holds it: ask again at the queue's next pass, in
+                // case it turns true without announcing it.
+                queue.watchReadiness(self)
+            }
             if ready == signalled { return }
             // The queue decides, under its lock, whether this is the one signal.
             if ready {

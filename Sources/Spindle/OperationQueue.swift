@@ -60,6 +60,13 @@ open class OperationQueue: @unchecked Sendable {
         var batching = 0
         /// The name given (nil: the default, from the queue's address).
         var name: String?
+        /// Operations of custom classes whose own `isReady` held them when nothing else
+        /// did (every dependency finished): asked again at each scheduling pass (a
+        /// finish, a change of width or suspension), so that a readiness change made
+        /// without `didChangeValue(forKey: "isReady")` is noticed as Foundation's queue
+        /// notices it. While any is listed the queue is out of direct mode, so that
+        /// every finish is such a pass.
+        var unannounced: [Operation] = []
         var qualityOfService: QualityOfService = .default
         var underlyingQueue: DispatchQueue?
         var lastBarrier: Operation?
@@ -246,7 +253,18 @@ open class OperationQueue: @unchecked Sendable {
         func isDrained(unfinished: Int) -> Bool { unfinished == 0 && linked == 0 && releasing == 0 }
 
         /// Direct mode: see the type's documentation.
-        var isDirect: Bool { maxConcurrent < 0 && !suspended && batching == 0 }
+        var isDirect: Bool { maxConcurrent < 0 && !suspended && batching == 0 && unannounced.isEmpty }
+
+        /// Takes the operations to ask again (see `unannounced`), and returns the queue to
+        /// direct mode if they were all that kept it out. An RMW on `counts`, as every
+        /// change of mode (see `scheduledBit`).
+        mutating func takeUnannounced(_ counts: borrowing Atomic<UInt64>) -> [Operation] {
+            guard !unannounced.isEmpty else { return [] }
+            let all = unannounced
+            unannounced = []
+            if isDirect { counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent) }
+            return all
+        }
     }
 
     let state: FutexLocked<State>
@@ -662,6 +680,7 @@ open class OperationQueue: @unchecked Sendable {
             var remaining = 0
             var released: Unmanaged<Operation>? = nil
             var dropSelf = false
+            var unannounced: [Operation] = []
         }
         let out = state.locked { s -> Outcome in
             var out = Outcome()
@@ -687,6 +706,7 @@ open class OperationQueue: @unchecked Sendable {
                 s.selfRetained = false
             }
             if !s.countObservers.isEmpty { out.observers = s.countObservers.map(\.handler) }
+            out.unannounced = s.takeUnannounced(counts)
             out.start = s.takeStartable(counts)
             if !out.start.isEmpty { out.config = DispatchConfig(s) }
             return out
@@ -713,6 +733,8 @@ open class OperationQueue: @unchecked Sendable {
         // drained, this finisher is done with the queue, which may have been freed
         // when we unlocked.
         if let config = out.config { dispatch(out.start, config) }
+        // Unfinished, so the queue has not drained; each reaches it through its pin.
+        for op in out.unannounced { op.evaluateReadiness() }
         // Last: this may free the queue.
         if out.dropSelf { Unmanaged.passUnretained(self).release() }
     }
@@ -747,17 +769,31 @@ open class OperationQueue: @unchecked Sendable {
 
     /// Takes what may start now and starts it (after a width or suspension change).
     private func startWhatCan(_ change: (inout State) -> Void) {
-        let (start, config) = state.locked { s -> (Startable, DispatchConfig) in
+        let (start, config, unannounced) = state.locked { s -> (Startable, DispatchConfig, [Operation]) in
             change(&s)
+            let unannounced = s.takeUnannounced(counts)
             // An RMW, before takeStartable reads `counts`: see `scheduledBit`.
             if s.isDirect {
                 counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
             } else {
                 counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
             }
-            return (s.takeStartable(counts), DispatchConfig(s))
+            return (s.takeStartable(counts), DispatchConfig(s), unannounced)
         }
         dispatch(start, config)
+        for op in unannounced { op.evaluateReadiness() }
+    }
+
+    /// Lists `op`, a custom operation held only by its own `isReady`, to be asked again
+    /// at the next scheduling pass (see `State.unannounced`).
+    func watchReadiness(_ op: Operation) {
+        state.locked { s in
+            guard op.queueLinked, !op.readySignalled.load(ordering: .relaxed),
+                  !s.unannounced.contains(where: { $0 === op }) else { return }
+            s.unannounced.append(op)
+            // Out of direct mode: every finish now takes the lock (see `scheduledBit`).
+            counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
+        }
     }
 
     /// Runs one operation on the current thread, as the queue's runner.

@@ -507,6 +507,21 @@ final class FoundationFidelityTests: XCTestCase {
         override func start() { done.store(true, ordering: .releasing) }
     }
 
+    func testAnUnannouncedReadinessChangeIsNoticedAtTheQueuesNextPass() {
+        let q = OperationQueue()
+        let op = Gated(open: false)
+        q.addOperation(op)
+        usleep(20_000)
+        XCTAssertFalse(op.isFinished)
+        op.open.store(true, ordering: .releasing) // no didChangeValue(forKey: "isReady")
+        // The queue's next scheduling pass: another operation finishing.
+        q.addOperation(BlockOperation {})
+        XCTAssertTrue(finishes(op), "the queue never noticed the operation became ready")
+        XCTAssertTrue(op.ran.load(ordering: .relaxed))
+        // With nothing unannounced left, the queue is back in direct mode.
+        XCTAssertEqual(q.counts.load(ordering: .acquiring) & OperationQueue.scheduledBit, 0)
+    }
+
     func testAnUnannouncedFinishInsideStartIsNoticedWhenStartReturns() {
         let q = OperationQueue()
         let op = SilentFinish()
