@@ -872,7 +872,8 @@ open class Operation: @unchecked Sendable {
     }
 
     /// Runs once, when the operation has finished by whatever path: releases
-    /// dependents, runs the completion block, tells the queue, wakes waiters.
+    /// dependents, tells the queue, drops the queue if it holds it, wakes waiters, and
+    /// then hands the completion block to a worker.
     func finishProtocol() {
         guard finishHandled.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged else { return }
         // A custom asynchronous operation reports `isFinished` through its override;

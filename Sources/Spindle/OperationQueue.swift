@@ -678,6 +678,8 @@ open class OperationQueue: @unchecked Sendable {
             var waiters: [Waiter] = []
             var observers: [@Sendable (Int) -> Void] = []
             var remaining = 0
+            /// `remaining` less pending barriers: what count observers are told.
+            var visible = 0
             var released: Unmanaged<Operation>? = nil
             var dropSelf = false
             var unannounced: [Operation] = []
@@ -705,7 +707,11 @@ open class OperationQueue: @unchecked Sendable {
                 out.dropSelf = s.selfRetained
                 s.selfRetained = false
             }
-            if !s.countObservers.isEmpty { out.observers = s.countObservers.map(\.handler) }
+            if !s.countObservers.isEmpty {
+                out.observers = s.countObservers.map(\.handler)
+                // Read here: after we unlock, the queue may be freed (see below).
+                out.visible = max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
+            }
             out.unannounced = s.takeUnannounced(counts)
             out.start = s.takeStartable(counts)
             if !out.start.isEmpty { out.config = DispatchConfig(s) }
@@ -724,10 +730,7 @@ open class OperationQueue: @unchecked Sendable {
                 return s.waiters
             }
         }
-        if !out.observers.isEmpty {
-            let visible = max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
-            for o in out.observers { o(visible) }
-        }
+        for o in out.observers { o(out.visible) }
         for w in waiters { w.signal() }
         // Nothing starts when it has drained. When nothing starts and it has not
         // drained, this finisher is done with the queue, which may have been freed

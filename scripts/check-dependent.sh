@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds and runs a new package that depends on Spindle by path, as a user's service
+# would: it must need nothing beyond the Swift toolchain (no libnuma-dev: libnuma is
+# looked up at run time), and an operation added to a queue must run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+source scripts/deps.sh
+spindle_ensure_deps
+# Nothing in the build may need libnuma's headers or link libnuma.
+if grep -rn --include='*.c' --include='*.h' '#include <numa' Sources; then
+  echo "check-dependent: the engine includes numa.h; building would need libnuma-dev" >&2; exit 1
+fi
+if grep -n 'linkedLibrary("numa")' Package.swift; then
+  echo "check-dependent: Package.swift links libnuma; building would need libnuma-dev" >&2; exit 1
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+ln -s "$repo" "$work/spindle"
+mkdir -p "$work/app/Sources/app"
+cat > "$work/app/Package.swift" <<SWIFT
+// swift-tools-version:6.1
+import PackageDescription
+let package = Package(
+    name: "app",
+    dependencies: [.package(path: "$work/spindle")],
+    targets: [.executableTarget(name: "app", dependencies: [.product(name: "Spindle", package: "spindle")])],
+    swiftLanguageModes: [.v6]
+)
+SWIFT
+cat > "$work/app/Sources/app/main.swift" <<'SWIFT'
+import Spindle
+
+let queue = OperationQueue()
+let op = BlockOperation { print("check-dependent: an operation ran on Spindle") }
+queue.addOperation(op)
+op.waitUntilFinished()
+SWIFT
+out=$(cd "$work/app" && swift run -c debug app 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | grep -q "an operation ran on Spindle" || { echo "$out"; exit 1; }
+echo "check-dependent: a package depending on Spindle builds and runs"
