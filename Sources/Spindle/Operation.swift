@@ -166,10 +166,9 @@ open class Operation: @unchecked Sendable {
     /// the operation finishes, and would then reach a queue kept alive only by its
     /// unfinished operations (see `OperationQueue.counts`, "Lifetime").
     ///
-    /// Dropped when the operation has finished (`dropQueue`) if it was set before the
-    /// operation could start (`queueHeld`), so that a program that keeps finished
-    /// operations does not keep their queue; otherwise (one `operations` handed out)
-    /// by deinit. The block form of `addOperation` in direct mode does without it: the
+    /// Dropped when the operation has finished (`dropQueue`) if the program made and
+    /// added it (`queueAddedByCaller`), so that a program that keeps finished operations
+    /// does not keep their queue; otherwise by deinit. The block form of `addOperation` in direct mode does without it: the
     /// retain on the adding thread and the release where the operation dies are a
     /// tenth of the `operation-throughput` loop (docs/performance.md).
     @exclusivity(unchecked) var queueReference: OperationQueue?
@@ -211,6 +210,14 @@ open class Operation: @unchecked Sendable {
     /// `OperationQueue.operationFinished`). Not set by `operations`, which hands
     /// operations out while they may be finishing.
     @exclusivity(unchecked) var queueHeld = false
+    /// Set with `queueHeld` for an operation the program made and added: the one kind a
+    /// program may keep after it finished, so the one whose finish drops its queue
+    /// (`dropQueue`). (One made by the block form is reachable only through
+    /// `operations`, and otherwise dies with the queue's list.)
+    @exclusivity(unchecked) var queueAddedByCaller = false
+    /// Set by the queue's runner, before `start()`, when the queue reports progress:
+    /// `start()` then runs `main()` inside a child progress (see `OperationQueue.progress`).
+    @exclusivity(unchecked) var queueReportsProgress = false
     @exclusivity(unchecked) var queueRetired = false
     /// Set when the queue has registered this operation (its list and count): until
     /// then a readiness signal from another thread (a concurrent `cancel()`) is left
@@ -352,8 +359,7 @@ open class Operation: @unchecked Sendable {
             }
             if byQueue {
                 // The queue's runner has made us the thread's current operation.
-                if let queue = ownerQueue,
-                   queue._withUnsafeGuaranteedRef({ $0.hasProgress.load(ordering: .acquiring) }) {
+                if queueReportsProgress, let queue = ownerQueue {
                     queue._withUnsafeGuaranteedRef { $0.runReportingProgress(self) }
                 } else {
                     main()
@@ -382,13 +388,13 @@ open class Operation: @unchecked Sendable {
     /// then leaves alone (Foundation returns without calling `main()`).
     @inline(__always)
     final func claimStart() -> (cancelled: Bool, byQueue: Bool)? {
-        if phase.load(ordering: .acquiring) == Phase.finished.rawValue || finishHandled.load(ordering: .acquiring) {
-            return nil
-        }
         let cancelled = isCancelled
         // The queue starts only operations it found ready; a manual start is checked.
         let byQueue = startedByQueue.load(ordering: .acquiring)
         if !byQueue {
+            if phase.load(ordering: .acquiring) == Phase.finished.rawValue || finishHandled.load(ordering: .acquiring) {
+                return nil
+            }
             if inQueue {
                 fatalError("Operation.start() was called on \(describe()), which belongs to an OperationQueue: the queue starts it")
             }
@@ -538,10 +544,18 @@ open class Operation: @unchecked Sendable {
 
     /// The index of the ready list this operation waits on in its queue (see
     /// ``queuePriority``). Called under the queue's lock.
+    @inline(__always)
     func queueLevel(serial: Bool) -> Int {
         let raw = priorityWord.load(ordering: .relaxed)
+        if raw == Operation.priorityUnset && (serial || !hasOwnPriority.load(ordering: .acquiring)) {
+            return QueuePriority.normal.level
+        }
+        return queueLevelSlow(raw: raw)
+    }
+
+    /// `queueLevel`'s answer for an operation with a priority or a quality of service.
+    func queueLevelSlow(raw: Int) -> Int {
         if raw != Operation.priorityUnset { return (QueuePriority(rawValue: raw) ?? .normal).level }
-        if serial || !hasOwnPriority.load(ordering: .acquiring) { return QueuePriority.normal.level }
         let (qos, explicit) = guarded.locked { ($0.qualityOfService, $0.qosExplicit) }
         guard explicit else { return QueuePriority.normal.level }
         switch qos {
@@ -806,14 +820,14 @@ open class Operation: @unchecked Sendable {
     /// Runs `body` on the operation's queue, if it still has one, for code that may run
     /// while the operation finishes (see `queuePins`).
     func withPinnedQueue(_ body: (OperationQueue) -> Void) {
-        queuePins.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        // seq_cst, after the pin: a finish that cleared the word before we pinned is seen.
-        let bits = queueWord.load(ordering: .sequentiallyConsistent)
+        // Acquiring: a finish whose RMW on the pins came first cleared the word before it.
+        queuePins.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        let bits = queueWord.load(ordering: .acquiring)
         if bits != 0 {
             Unmanaged<OperationQueue>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
                 ._withUnsafeGuaranteedRef(body)
         }
-        if queuePins.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue == Operation.pinsCleared {
+        if queuePins.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue == Operation.pinsCleared {
             releaseQueueReference()
         }
     }
@@ -822,8 +836,16 @@ open class Operation: @unchecked Sendable {
     /// so that a program that keeps the operation does not keep the queue (Foundation
     /// drops it too). Its `queueReference` goes now, or with the last pin.
     func dropQueue() {
-        queueWord.store(0, ordering: .sequentiallyConsistent)
-        queuePins.bitwiseOr(Operation.pinsCleared, ordering: .sequentiallyConsistent)
+        // Releasing: a pin that comes after our RMW below acquires it, and so reads 0.
+        queueWord.store(0, ordering: .releasing)
+        // Nobody pinned (the usual case): one CAS sets both flags, and the reference is
+        // ours to drop. Otherwise flag the word cleared and let the last pin drop it.
+        if queuePins.compareExchange(expected: 0, desired: Operation.pinsCleared | Operation.pinsReleased,
+                                     ordering: .acquiringAndReleasing).exchanged {
+            queueReference = nil
+            return
+        }
+        queuePins.bitwiseOr(Operation.pinsCleared, ordering: .acquiringAndReleasing)
         releaseQueueReference()
     }
 
@@ -938,8 +960,8 @@ open class Operation: @unchecked Sendable {
         // itself until it has). `operationFinished` may free it.
         queue?._withUnsafeGuaranteedRef { $0.operationFinished(self) }
         if chained { ts._withUnsafeGuaranteedRef { $0.finishing = nil } }
-        // `queueHeld` is written before the operation can start, never after.
-        if queue != nil && queueHeld { dropQueue() }
+        // Written before the operation could start, never after.
+        if queue != nil && queueAddedByCaller { dropQueue() }
         // Last: release the waiters. A waiter sets `hasWaiters` and then checks
         // `finishCompleted` under the lock; we set `finishCompleted` and then check
         // `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or we

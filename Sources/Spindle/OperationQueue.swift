@@ -203,19 +203,24 @@ open class OperationQueue: @unchecked Sendable {
         func popReady() -> Operation? {
             while let op = ready.pop() {
                 if op.queueRetired { continue }
-                if op.hadDependencies.load(ordering: .acquiring) && !op.cancelledFlag.load(ordering: .acquiring) {
-                    // Under the operation's lock, where its dependencies are counted down:
-                    // the dependency that finishes later then finds it unsignalled.
-                    let waiting = op.guarded.locked { g -> Bool in
-                        guard g.unfinished > 0 else { return false }
-                        op.readySignalled.store(false, ordering: .relaxed)
-                        return true
-                    }
-                    if waiting { continue }
-                }
+                if op.hadDependencies.load(ordering: .relaxed) && State.isWaitingAgain(op) { continue }
                 return op
             }
             return nil
+        }
+
+        /// Whether `op`, found ready before, has been given an unfinished dependency since
+        /// (and is not cancelled); if so it is unsignalled, under its own lock, where its
+        /// dependencies are counted down: the dependency that finishes later then finds
+        /// it unsignalled and signals it again.
+        @inline(never)
+        static func isWaitingAgain(_ op: Operation) -> Bool {
+            if op.cancelledFlag.load(ordering: .acquiring) { return false }
+            return op.guarded.locked { g -> Bool in
+                guard g.unfinished > 0 else { return false }
+                op.readySignalled.store(false, ordering: .relaxed)
+                return true
+            }
         }
 
         /// The ready list `op` belongs on: its queue priority; when none was assigned and
@@ -253,15 +258,29 @@ open class OperationQueue: @unchecked Sendable {
         func isDrained(unfinished: Int) -> Bool { unfinished == 0 && linked == 0 && releasing == 0 }
 
         /// Direct mode: see the type's documentation.
-        var isDirect: Bool { maxConcurrent < 0 && !suspended && batching == 0 && unannounced.isEmpty }
+        /// Read on every add; kept in `direct`, which `refreshMode()` recomputes wherever
+        /// one of its inputs changes (all under the lock).
+        var isDirect: Bool { direct }
+        private(set) var direct = true
+
+        mutating func refreshMode() {
+            direct = maxConcurrent < 0 && !suspended && batching == 0 && unannounced.isEmpty
+        }
 
         /// Takes the operations to ask again (see `unannounced`), and returns the queue to
         /// direct mode if they were all that kept it out. An RMW on `counts`, as every
         /// change of mode (see `scheduledBit`).
-        mutating func takeUnannounced(_ counts: borrowing Atomic<UInt64>) -> [Operation] {
-            guard !unannounced.isEmpty else { return [] }
+        @inline(__always)
+        mutating func takeUnannounced(_ counts: borrowing Atomic<UInt64>) -> [Operation]? {
+            if unannounced.isEmpty { return nil }
+            return takeUnannouncedSlow(counts)
+        }
+
+        @inline(never)
+        mutating func takeUnannouncedSlow(_ counts: borrowing Atomic<UInt64>) -> [Operation] {
             let all = unannounced
             unannounced = []
+            refreshMode()
             if isDirect { counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent) }
             return all
         }
@@ -363,6 +382,7 @@ open class OperationQueue: @unchecked Sendable {
     init(main: Void) {
         var s = State(name: "NSOperationQueue Main Queue")
         s.maxConcurrent = 1
+        s.refreshMode()
         s.underlyingQueue = DispatchQueue.main
         s.qualityOfService = .userInteractive
         isMainQueue = true
@@ -505,6 +525,7 @@ open class OperationQueue: @unchecked Sendable {
         if !fresh {
             op.queueReference = self
             op.queueHeld = true
+            op.queueAddedByCaller = true
         }
         // The locked section's results, returned rather than written to captured
         // variables (those would cost dynamic exclusivity checks on every add).
@@ -568,7 +589,9 @@ open class OperationQueue: @unchecked Sendable {
         if let barrier = outcome.barrier { op.addDependency(barrier) }
         if let config = outcome.config {
             if outcome.direct { dispatch(op, config) } else { dispatch(outcome.start, config) }
-        } else {
+        } else if !op.readySignalled.load(ordering: .acquiring) {
+            // Not found ready when registered (or behind a barrier): its readiness may
+            // have changed before `queueLinked` let its notification through.
             op.evaluateReadiness()
         }
         if keep { u.release() }
@@ -677,12 +700,11 @@ open class OperationQueue: @unchecked Sendable {
             var config: DispatchConfig? = nil
             var waiters: [Waiter] = []
             var observers: [@Sendable (Int) -> Void] = []
+            /// Unfinished operations, then (with count observers) less pending barriers.
             var remaining = 0
-            /// `remaining` less pending barriers: what count observers are told.
-            var visible = 0
             var released: Unmanaged<Operation>? = nil
             var dropSelf = false
-            var unannounced: [Operation] = []
+            var unannounced: [Operation]? = nil
         }
         let out = state.locked { s -> Outcome in
             var out = Outcome()
@@ -709,8 +731,9 @@ open class OperationQueue: @unchecked Sendable {
             }
             if !s.countObservers.isEmpty {
                 out.observers = s.countObservers.map(\.handler)
-                // Read here: after we unlock, the queue may be freed (see below).
-                out.visible = max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
+                // What observers are told, read here: after we unlock, the queue may be
+                // freed (see below).
+                out.remaining = max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
             }
             out.unannounced = s.takeUnannounced(counts)
             out.start = s.takeStartable(counts)
@@ -730,14 +753,14 @@ open class OperationQueue: @unchecked Sendable {
                 return s.waiters
             }
         }
-        for o in out.observers { o(out.visible) }
+        for o in out.observers { o(out.remaining) }
         for w in waiters { w.signal() }
         // Nothing starts when it has drained. When nothing starts and it has not
         // drained, this finisher is done with the queue, which may have been freed
         // when we unlocked.
         if let config = out.config { dispatch(out.start, config) }
         // Unfinished, so the queue has not drained; each reaches it through its pin.
-        for op in out.unannounced { op.evaluateReadiness() }
+        if let unannounced = out.unannounced { OperationQueue.askAgain(unannounced) }
         // Last: this may free the queue.
         if out.dropSelf { Unmanaged.passUnretained(self).release() }
     }
@@ -772,8 +795,9 @@ open class OperationQueue: @unchecked Sendable {
 
     /// Takes what may start now and starts it (after a width or suspension change).
     private func startWhatCan(_ change: (inout State) -> Void) {
-        let (start, config, unannounced) = state.locked { s -> (Startable, DispatchConfig, [Operation]) in
+        let (start, config, unannounced) = state.locked { s -> (Startable, DispatchConfig, [Operation]?) in
             change(&s)
+            s.refreshMode()
             let unannounced = s.takeUnannounced(counts)
             // An RMW, before takeStartable reads `counts`: see `scheduledBit`.
             if s.isDirect {
@@ -784,7 +808,15 @@ open class OperationQueue: @unchecked Sendable {
             return (s.takeStartable(counts), DispatchConfig(s), unannounced)
         }
         dispatch(start, config)
-        for op in unannounced { op.evaluateReadiness() }
+        if let unannounced { OperationQueue.askAgain(unannounced) }
+    }
+
+    /// Re-evaluates the readiness of operations listed in `State.unannounced` (each
+    /// reaches its queue through its pin). Out of line: a rare path, kept out of the
+    /// finish it is called from.
+    @inline(never)
+    static func askAgain(_ ops: [Operation]) {
+        for op in ops { op.evaluateReadiness() }
     }
 
     /// Lists `op`, a custom operation held only by its own `isReady`, to be asked again
@@ -794,6 +826,7 @@ open class OperationQueue: @unchecked Sendable {
             guard op.queueLinked, !op.readySignalled.load(ordering: .relaxed),
                   !s.unannounced.contains(where: { $0 === op }) else { return }
             s.unannounced.append(op)
+            s.refreshMode()
             // Out of direct mode: every finish now takes the lock (see `scheduledBit`).
             counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
         }
@@ -809,10 +842,12 @@ open class OperationQueue: @unchecked Sendable {
             return saved
         }
         op.startedByQueue.store(true, ordering: .releasing)
+        if hasProgress.load(ordering: .relaxed) { op.queueReportsProgress = true }
         op.start()
         // A custom operation that became finished inside `start()` without announcing it
         // is noticed here, as Foundation's queue notices it.
-        if !op.isPlainClass && !op.finishHandled.load(ordering: .acquiring) && op.isFinished {
+        // (A plain operation has finished by now, so the first test ends it.)
+        if !op.finishHandled.load(ordering: .acquiring) && !op.isPlainClass && op.isFinished {
             op.finishProtocol()
         }
         ts._withUnsafeGuaranteedRef { ts in
