@@ -9,6 +9,8 @@
  *   join.c      fork-join frames, latches, parallel-for
  *   pool.c      create, submit, destroy (the design essay and the shutdown protocol)
  *   spawn.c     the thread that starts every worker, at the process's own priority
+ *   spare.c     spare workers for workers blocked in a task, and the monitor that
+ *               finds blocking Spindle cannot see
  *   topology.c  CPUs and NUMA nodes from sysfs, placement plans and steal tiers
  *   numa.c      libnuma, looked up at run time (dlopen), for node-local memory
  *   stats.c     counter snapshots and reports
@@ -128,9 +130,14 @@ typedef struct spindle_parker {
 } spindle_parker;
 
 void spindle_parker_park(spindle_parker *p);
+/* As spindle_parker_park, but gives up after `ns` nanoseconds: false if it did, with
+ * no token consumed. */
+bool spindle_parker_park_timeout(spindle_parker *p, uint64_t ns);
 void spindle_parker_unpark(spindle_parker *p);
 
 void spindle_futex_wait(_Atomic uint32_t *word, uint32_t expected);
+/* As spindle_futex_wait, for at most `ns` nanoseconds. */
+void spindle_futex_wait_timeout(_Atomic uint32_t *word, uint32_t expected, uint64_t ns);
 void spindle_futex_wake(_Atomic uint32_t *word, int count);
 
 /* Latch states (join.c / park.c). */
@@ -157,6 +164,9 @@ typedef struct spindle_counters {
     /* Single-writer counters (the owning worker), relaxed: readers want a value, not an
      * ordering. `stolen_from` is the exception: thieves add to it with fetch_add. */
     _Atomic uint64_t executed, stolen, parked, injector_pops, overflowed;
+    /* Tasks that have returned: `executed != finished` while the worker is inside a
+     * task (spare.c's monitor reads both). */
+    _Atomic uint64_t finished;
     SPINDLE_ALIGNED _Atomic uint64_t stolen_from;
 } spindle_counters;
 
@@ -179,6 +189,24 @@ struct spindle_worker {
     SPINDLE_ALIGNED spindle_parker parker;
     spindle_counters counters;
     pthread_t thread;
+    /* Spare workers (spare.c). `spare` is fixed at creation. A spare pushes what it
+     * spawns to the injector, never to its own deque, which nobody steals from. */
+    bool spare;
+    /* Under idle.lock: a spare slot whose thread has exited (or not started yet). */
+    bool vacant;
+    /* The thread's kernel id, for the monitor's CPU-time reads; 0 until it starts. */
+    _Atomic int32_t tid;
+    /* Depth of spindle_blocking_begin on this worker (owner writes; the monitor reads
+     * it to leave such a worker to the explicit accounting). */
+    _Atomic uint32_t blocking_depth;
+    /* The monitor's own (spare.c): the task it saw last tick, and the thread's CPU time
+     * then. */
+    uint64_t mon_executed;
+    uint64_t mon_cpu_ns;
+    /* Under idle.lock: the monitor has counted this worker out as blocked (spare.c, C1).
+     * Cleared by the monitor when it finds it running again, or by the worker itself
+     * when it parks, whichever comes first: a worker that parks is counted once. */
+    bool counted_out;
     /* Placement (topology.c's plan), fixed at creation. */
     int32_t node;          /* NUMA node the worker lives on                        */
     int32_t mem_node;      /* node this struct and its deque ring come from        */
@@ -195,8 +223,24 @@ struct spindle_worker {
 };
 
 struct spindle_pool {
-    spindle_worker **workers; /* each on its memory node (pool.c); fixed at creation */
+    /* Each on its memory node (pool.c). Slots [0, nworkers) are fixed at creation;
+     * spare slots [nworkers, nslots) are added under idle.lock (spare.c), and the
+     * array has room for nworkers + max_spares. */
+    spindle_worker **workers;
     uint32_t nworkers;
+    /* Slots in use, regular and spare: grows only, published with release after the
+     * slot is written, so that readers without the lock (acquire) see whole workers. */
+    _Atomic uint32_t nslots;
+    uint32_t max_spares;
+    uint64_t spare_idle_ns;
+    /* Under idle.lock: spares started and not yet exited; workers counted out as
+     * blocked (explicitly, or by the monitor). */
+    uint32_t spares_live;
+    uint32_t blocked;
+    /* Spare threads that have not finished exiting: shutdown waits for 0 (futex). */
+    _Atomic uint32_t spares_running;
+    /* The monitor's registry of pools (spare.c), under its lock. */
+    spindle_pool *monitor_next;
     uint32_t deque_capacity;
     uint64_t spin_ns;
     int32_t requested_nice;
@@ -244,6 +288,9 @@ extern _Thread_local spindle_worker *spindle_tls_worker;
 void *spindle_worker_main(void *arg);
 /* Runs pool work on worker `w` until `*latch` is SET (latch may not be NULL here). */
 void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);
+/* Worker `w` waits for `*latch` without running anything, counted out meanwhile
+ * (join.c; spare.c). */
+void spindle_worker_block_on_latch(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_run_task(spindle_worker *w, spindle_task *t);
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
@@ -267,18 +314,48 @@ void spindle_numa_free(void *mem, size_t bytes);
  * with errno set (ENOMEM, or sched_getaffinity's). */
 cpu_set_t *spindle_creator_affinity(void);
 
+/* spare.c */
+/* Under idle.lock, from spindle_wake_one: when no worker is parked and some are counted
+ * out as blocked, claims a spare slot, accounts the spare as a searcher, and returns it
+ * for the caller to start (spindle_start_spare) once it has unlocked; NULL if none. */
+spindle_worker *spindle_claim_spare_locked(spindle_pool *pool);
+/* pool.c: makes spare slot `index` (a flat worker that steals from the pool's own
+ * workers, with a small deque), vacant. NULL on allocation failure. */
+spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index);
+void spindle_start_spare(spindle_pool *pool, spindle_worker *w);
+/* Called by a spare whose wait for work timed out, under idle.lock, still listed as a
+ * sleeper: takes it off the list and marks its slot vacant. */
+void spindle_retire_spare_locked(spindle_pool *pool, spindle_worker *w);
+/* Under idle.lock, by a worker about to park: if the monitor counted it out, counts it
+ * in again (C1) and returns true — it is then already missing from the unparked count,
+ * which its parking must not decrement a second time. */
+bool spindle_uncount_parking_locked(spindle_pool *pool, spindle_worker *w);
+/* Registers a pool with the monitor, and takes it off before it is freed. */
+void spindle_monitor_register(spindle_pool *pool);
+void spindle_monitor_unregister(spindle_pool *pool);
+/* A parked worker is being woken: a sleeping monitor starts watching again. */
+void spindle_monitor_poke(void);
+
 /* spawn.c */
 /* Starts the pool's workers on the process's spawner thread, in worker order. Returns
  * 0, or the first pthread_create error with *started threads running. */
 int spindle_spawn_workers(spindle_pool *pool, uint32_t *started);
+/* Starts one spare worker's thread (detached) on the spawner, without waiting for it.
+ * Returns 0 or ENOMEM; a failed pthread_create is handled by the spawner (the slot is
+ * given back: spindle_spare_start_failed). */
+int spindle_spawn_spare(spindle_pool *pool, spindle_worker *w);
+void spindle_spare_start_failed(spindle_pool *pool, spindle_worker *w);
 /* Local push from worker `w`, then wake a sleeper if the pool needs one. */
 void spindle_worker_push(spindle_worker *w, spindle_task *t);
 
 /* park.c: the idle protocol */
-int spindle_idle_init(spindle_idle *idle, uint32_t nworkers);
+/* `capacity`: the most workers that may park at once (the pool's and its spares). */
+int spindle_idle_init(spindle_idle *idle, uint32_t nworkers, uint32_t capacity);
 void spindle_idle_destroy(spindle_idle *idle);
 /* The idle accounting word: state = (unparked << 32) | searching (park.c). */
 #define SPINDLE_SEARCHING(s) ((uint32_t)((s) & 0xffffffffu))
+#define SPINDLE_SEARCHING_ONE ((uint64_t)1)
+#define SPINDLE_UNPARKED_ONE ((uint64_t)1 << 32)
 #define SPINDLE_UNPARKED(s) ((uint32_t)((s) >> 32))
 static inline bool spindle_should_wake(const spindle_idle *idle, uint64_t s) {
     return SPINDLE_SEARCHING(s) == 0 && SPINDLE_UNPARKED(s) < idle->nworkers;

@@ -42,6 +42,8 @@
 
 enum { FRAME_INLINE = 0, FRAME_LOCAL = 1, FRAME_REMOTE = 2 };
 
+static void latch_wait_sleeping(_Atomic uint32_t *latch);
+
 static inline _Atomic uint32_t *frame_latch(spindle_join_frame *f) {
     return (_Atomic uint32_t *)(void *)&f->spindle_state;
 }
@@ -62,8 +64,22 @@ static void latch_set(_Atomic uint32_t *latch, spindle_worker *waiter) {
 }
 
 /* An outside thread waits: spin briefly (the other half is often nearly done), then
- * sleep on the latch word itself. */
+ * sleep on the latch word itself. A worker of another pool (a cross-pool wait) does the
+ * same inside spindle_blocking_begin/end, so that its own pool runs a spare meanwhile
+ * and cannot deadlock on work queued behind it (spare.c). */
 static void latch_wait_external(_Atomic uint32_t *latch) {
+    if (spindle_tls_worker) {
+        /* Acquire pairs with latch_set's release. */
+        if (atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET) return;
+        spindle_blocking_begin();
+        latch_wait_sleeping(latch);
+        spindle_blocking_end();
+        return;
+    }
+    latch_wait_sleeping(latch);
+}
+
+static void latch_wait_sleeping(_Atomic uint32_t *latch) {
     uint64_t deadline = 0;
     for (uint32_t i = 0;; i++) {
         /* Acquire pairs with latch_set's release. */
@@ -280,6 +296,31 @@ void spindle_latch_init(spindle_latch *l) {
 void spindle_latch_set(spindle_latch *l) {
     spindle_worker *waiter = l->spindle_waiter; /* before the exchange (L2) */
     latch_set(latch_word(l), waiter);
+}
+
+void spindle_worker_block_on_latch(spindle_worker *w, _Atomic uint32_t *latch) {
+    if (atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET) return;
+    spindle_blocking_begin();
+    uint32_t expected = SPINDLE_LATCH_UNSET;
+    /* See L1; acq_rel/acquire as in spindle_worker_wait_latch. The setter wakes a
+     * worker through its parker (L2), so that is what it sleeps on. */
+    if (atomic_compare_exchange_strong_explicit(latch, &expected, SPINDLE_LATCH_SLEEPING,
+                                                memory_order_acq_rel, memory_order_acquire) ||
+        expected != SPINDLE_LATCH_SET) {
+        while (atomic_load_explicit(latch, memory_order_acquire) != SPINDLE_LATCH_SET)
+            spindle_parker_park(&w->parker);
+    }
+    spindle_blocking_end();
+}
+
+void spindle_latch_wait_blocking(spindle_latch *l) {
+    /* On any thread: block (a worker of another pool is compensated too:
+     * latch_wait_external). */
+    spindle_worker *w = l->spindle_waiter;
+    if (w && w == spindle_tls_worker)
+        spindle_worker_block_on_latch(w, latch_word(l));
+    else
+        latch_wait_external(latch_word(l));
 }
 
 void spindle_latch_wait(spindle_latch *l) {

@@ -107,8 +107,8 @@
 
 enum { PARK_EMPTY = 0, PARK_PARKED = 1, PARK_NOTIFIED = 2 };
 
-#define SEARCHING_ONE ((uint64_t)1)
-#define UNPARKED_ONE ((uint64_t)1 << 32)
+#define SEARCHING_ONE SPINDLE_SEARCHING_ONE
+#define UNPARKED_ONE SPINDLE_UNPARKED_ONE
 #define SEARCHING(s) SPINDLE_SEARCHING(s)
 #define UNPARKED(s) SPINDLE_UNPARKED(s)
 
@@ -122,6 +122,12 @@ void spindle_futex_wait(_Atomic uint32_t *word, uint32_t expected) {
     /* Private futex: the word is never shared across processes. EINTR/EAGAIN are
      * spurious returns; every caller re-checks its condition in a loop. */
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+void spindle_futex_wait_timeout(_Atomic uint32_t *word, uint32_t expected, uint64_t ns) {
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+    /* A relative timeout (FUTEX_WAIT); spurious returns as above. */
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, &ts, NULL, 0);
 }
 
 void spindle_futex_wake(_Atomic uint32_t *word, int count) {
@@ -156,6 +162,40 @@ void spindle_parker_park(spindle_parker *p) {
     }
 }
 
+bool spindle_parker_park_timeout(spindle_parker *p, uint64_t ns) {
+    uint32_t expected = PARK_NOTIFIED;
+    /* Orderings as in spindle_parker_park. */
+    if (atomic_compare_exchange_strong_explicit(&p->state, &expected, PARK_EMPTY,
+                                                memory_order_acquire, memory_order_relaxed))
+        return true;
+    expected = PARK_EMPTY;
+    if (!atomic_compare_exchange_strong_explicit(&p->state, &expected, PARK_PARKED,
+                                                 memory_order_relaxed, memory_order_relaxed)) {
+        atomic_exchange_explicit(&p->state, PARK_EMPTY, memory_order_acquire);
+        return true;
+    }
+    uint64_t deadline = spindle_now_ns() + ns;
+    for (;;) {
+        uint64_t now = spindle_now_ns();
+        if (now < deadline) spindle_futex_wait_timeout(&p->state, PARK_PARKED, deadline - now);
+        expected = PARK_NOTIFIED;
+        if (atomic_compare_exchange_strong_explicit(&p->state, &expected, PARK_EMPTY,
+                                                    memory_order_acquire, memory_order_relaxed))
+            return true;
+        if (spindle_now_ns() >= deadline) {
+            /* Give up: PARKED -> EMPTY, unless an unpark lands now (then take its token).
+             * Acquire on failure, as when consuming a token (and so on success too, which
+             * C11 requires to be at least as strong). */
+            expected = PARK_PARKED;
+            if (atomic_compare_exchange_strong_explicit(&p->state, &expected, PARK_EMPTY,
+                                                        memory_order_acquire, memory_order_acquire))
+                return false;
+            atomic_exchange_explicit(&p->state, PARK_EMPTY, memory_order_acquire);
+            return true;
+        }
+    }
+}
+
 void spindle_parker_unpark(spindle_parker *p) {
     /* Release pairs with park's acquire. The exchange leaves the token even if the
      * thread has not gone to sleep yet (P1); only a thread actually in PARKED needs the
@@ -166,8 +206,8 @@ void spindle_parker_unpark(spindle_parker *p) {
 
 /* ---- the idle accounting (S1, S2) ----------------------------------------------------- */
 
-int spindle_idle_init(spindle_idle *idle, uint32_t nworkers) {
-    idle->sleepers = calloc(nworkers, sizeof(uint32_t));
+int spindle_idle_init(spindle_idle *idle, uint32_t nworkers, uint32_t capacity) {
+    idle->sleepers = calloc(capacity, sizeof(uint32_t));
     if (!idle->sleepers) return ENOMEM;
     idle->nsleepers = 0;
     idle->task_sleepers = 0;
@@ -249,6 +289,9 @@ static spindle_worker *wake_locked(spindle_pool *pool, int prefer_cpu, int guest
     /* seq_cst RMW: the woken worker is a searcher from this instant, so no other
      * notifier wakes a second one for the same work (S1, S2). */
     atomic_fetch_add_explicit(&idle->state, SEARCHING_ONE | UNPARKED_ONE, memory_order_seq_cst);
+    /* After the RMW (seq_cst, both): a monitor asleep because every pool was parked
+     * either sees this worker unparked or is poked (spare.c). */
+    spindle_monitor_poke();
     return w;
 }
 
@@ -269,17 +312,21 @@ static bool outranks_caller(spindle_pool *pool) {
 
 void spindle_wake_one(spindle_pool *pool, bool from_outside) {
     spindle_idle *idle = &pool->idle;
-    spindle_worker *w = NULL;
+    spindle_worker *w = NULL, *spare = NULL;
     bool guest = from_outside && outranks_caller(pool);
     int cpu = guest || (from_outside && pool->pinned_per_cpu) ? sched_getcpu() : -1;
     int guest_cpu = guest ? cpu : -1;
     pthread_mutex_lock(&idle->lock);
     /* Re-check under the lock: the counts only change in our favour under it. */
-    if (spindle_should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed)) &&
-        idle->nsleepers > 0)
-        w = wake_locked(pool, cpu, guest_cpu);
+    if (spindle_should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed))) {
+        if (idle->nsleepers > 0)
+            w = wake_locked(pool, cpu, guest_cpu);
+        else /* nobody parked: workers are blocked in tasks (spare.c) */
+            spare = spindle_claim_spare_locked(pool);
+    }
     pthread_mutex_unlock(&idle->lock);
     if (w) spindle_parker_unpark(&w->parker);
+    if (spare) spindle_start_spare(pool, spare);
 }
 
 void spindle_wake_for_backlog(spindle_pool *pool) {
@@ -306,8 +353,10 @@ void spindle_notify_all(spindle_pool *pool) {
     atomic_fetch_add_explicit(&idle->state, (uint64_t)n * UNPARKED_ONE, memory_order_seq_cst);
     pthread_mutex_unlock(&idle->lock);
     /* Unpark everyone, including workers that were not in the list (they are between
-     * checks and will find the token or the flag that made us call this). */
-    for (uint32_t i = 0; i < pool->nworkers; i++) spindle_parker_unpark(&pool->workers[i]->parker);
+     * checks and will find the token or the flag that made us call this), spares
+     * included. Acquire pairs with the release that published each spare slot. */
+    uint32_t nslots = atomic_load_explicit(&pool->nslots, memory_order_acquire);
+    for (uint32_t i = 0; i < nslots; i++) spindle_parker_unpark(&pool->workers[i]->parker);
 }
 
 bool spindle_pool_has_pending_work(spindle_pool *pool) {
@@ -332,7 +381,8 @@ static bool quiescent_locked(spindle_pool *pool) {
     if (atomic_load_explicit(&pool->shutdown, memory_order_seq_cst) == 0) return false;
     if (atomic_load_explicit(&pool->submitters, memory_order_seq_cst) != 0) return false;
     uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_relaxed);
-    if (UNPARKED(s) != 0 || pool->idle.task_sleepers != 0) return false;
+    /* A worker counted out as blocked (spare.c, C3) is inside a task. */
+    if (UNPARKED(s) != 0 || pool->idle.task_sleepers != 0 || pool->blocked != 0) return false;
     return !spindle_pool_has_pending_work(pool);
 }
 
@@ -359,7 +409,9 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
     w->guest = false;
 
     pthread_mutex_lock(&idle->lock);
-    uint64_t dec = UNPARKED_ONE | (was_searching ? SEARCHING_ONE : 0);
+    /* A worker the monitor counted out is already missing from `unparked` (spare.c). */
+    bool counted_out = spindle_uncount_parking_locked(pool, w);
+    uint64_t dec = (counted_out ? 0 : UNPARKED_ONE) | (was_searching ? SEARCHING_ONE : 0);
     /* seq_cst: step x of the Dekker pairing. */
     uint64_t prev = atomic_fetch_sub_explicit(&idle->state, dec, memory_order_seq_cst);
     bool last_searcher = was_searching && SEARCHING(prev) == 1;
@@ -395,7 +447,19 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
             uint32_t ls = atomic_load_explicit(latch, memory_order_acquire);
             if (ls == SPINDLE_LATCH_SET) break;
         }
-        spindle_parker_park(&w->parker);
+        if (w->spare && !latch) {
+            /* A spare waits for work `spare_idle_ns`, then exits, if no waker has taken
+             * it off the list meanwhile (spare.c). */
+            if (!spindle_parker_park_timeout(&w->parker, pool->spare_idle_ns)) {
+                pthread_mutex_lock(&idle->lock);
+                bool retire = w->in_sleepers;
+                if (retire) spindle_retire_spare_locked(pool, w);
+                pthread_mutex_unlock(&idle->lock);
+                if (retire) return false;
+            }
+        } else {
+            spindle_parker_park(&w->parker);
+        }
         if (!latch && atomic_load_explicit(&pool->terminated, memory_order_acquire)) return false;
         pthread_mutex_lock(&idle->lock);
         bool still_listed = w->in_sleepers;

@@ -105,6 +105,7 @@
 void spindle_config_init(spindle_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->nice = SPINDLE_NICE_INHERIT;
+    cfg->max_spares = SPINDLE_DEFAULT_MAX_SPARES;
 }
 
 uint32_t spindle_usable_cpu_count(void) {
@@ -230,10 +231,33 @@ static spindle_worker *create_worker(spindle_pool *pool, const spindle_plan *pla
     return w;
 }
 
-/* Frees the workers created so far (each one's deque ring first: the pointer to it is
- * in the block), the idle state and the pool. */
+/* A spare's deque only ever holds what poll_injector hands it one at a time (spare.c). */
+#define SPARE_DEQUE_CAPACITY 4u
+
+spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index) {
+    spindle_worker *w = create_worker(pool, NULL, index);
+    node_alloc na = {pool, -1};
+    if (!w) return NULL;
+    if (spindle_deque_init(&w->deque, SPARE_DEQUE_CAPACITY, deque_alloc, &na) != 0) {
+        pool->free_on_node(w->block, w->block_bytes, pool->alloc_ctx);
+        return NULL;
+    }
+    w->pool = pool;
+    w->index = index;
+    w->spare = true;
+    w->vacant = true;
+    w->rng = 0x9E3779B97F4A7C15ull * (index + 1) ^ (uint64_t)(uintptr_t)pool;
+    if (!w->rng) w->rng = 1;
+    atomic_init(&w->parker.state, 0);
+    return w;
+}
+
+/* Frees the workers created so far, spares included (each one's deque ring first: the
+ * pointer to it is in the block), the idle state and the pool. */
 static void free_pool(spindle_pool *pool) {
-    for (uint32_t i = 0; i < pool->nworkers; i++) {
+    spindle_monitor_unregister(pool);
+    uint32_t nslots = atomic_load_explicit(&pool->nslots, memory_order_acquire);
+    for (uint32_t i = 0; i < nslots; i++) {
         spindle_worker *w = pool->workers[i];
         if (!w) continue;
         spindle_deque_free(&w->deque, deque_dealloc, pool);
@@ -253,7 +277,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         spindle_config_init(&cfg);
     if (!out) return EINVAL;
     *out = NULL;
-    if (cfg.workers > 4096) return EINVAL;
+    if (cfg.workers > 4096 || cfg.max_spares > 4096) return EINVAL;
     uint32_t cap = cfg.deque_capacity ? cfg.deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY;
     if (cap > (1u << 24)) return EINVAL;
     if (cfg.nice != SPINDLE_NICE_INHERIT && (cfg.nice < -20 || cfg.nice > 19)) return EINVAL;
@@ -287,13 +311,17 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     memset(pool, 0, sizeof *pool);
     /* Pointers only: each worker is a block on its own node (create_worker). The
      * array is written here and read-only afterwards, so every CPU keeps a copy. */
-    pool->workers = calloc(n, sizeof *pool->workers);
+    pool->workers = calloc((size_t)n + cfg.max_spares, sizeof *pool->workers);
     if (!pool->workers) {
         free(pool);
         spindle_plan_free(own_plan);
         return ENOMEM;
     }
     pool->nworkers = n;
+    pool->max_spares = cfg.max_spares;
+    pool->spare_idle_ns = cfg.spare_idle_ns ? cfg.spare_idle_ns : SPINDLE_DEFAULT_SPARE_IDLE_NS;
+    atomic_init(&pool->nslots, 0);
+    atomic_init(&pool->spares_running, 0);
     pool->spin_ns = cfg.spin_ns ? cfg.spin_ns : SPINDLE_DEFAULT_SPIN_NS;
     pool->permanent = cfg.permanent;
     pool->requested_nice = cfg.nice;
@@ -333,7 +361,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     /* The CPUs it is planned for (topology.c, "Whose CPUs"): its unpinned workers start
      * on them, and pools its workers create are planned for them. */
     pool->affinity = spindle_creator_affinity();
-    int rc = spindle_idle_init(&pool->idle, n);
+    int rc = spindle_idle_init(&pool->idle, n, n + cfg.max_spares);
     if (rc) {
         if (pool->affinity) CPU_FREE(pool->affinity);
         free(pool->workers);
@@ -354,6 +382,8 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         w->rng = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)(uintptr_t)pool;
         if (!w->rng) w->rng = 1;
         atomic_init(&w->parker.state, 0);
+        /* Counted as it is made, so that free_pool frees exactly what was made. */
+        atomic_store_explicit(&pool->nslots, i + 1, memory_order_relaxed);
     }
     spindle_plan_free(own_plan);
     pool->deque_capacity = (uint32_t)(pool->workers[0]->deque.mask + 1);
@@ -383,6 +413,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         if (r == n) break;
         spindle_futex_wait(&pool->ready, r);
     }
+    spindle_monitor_register(pool);
     *out = pool;
     return 0;
 }
@@ -405,6 +436,13 @@ int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode) {
     spindle_notify_all(pool);
     /* Step 5. */
     for (uint32_t i = 0; i < pool->nworkers; i++) pthread_join(pool->workers[i]->thread, NULL);
+    /* Spares are detached: wait until each has stopped touching the pool (spare.c, C2).
+     * Acquire pairs with their release decrements. */
+    for (;;) {
+        uint32_t live = atomic_load_explicit(&pool->spares_running, memory_order_acquire);
+        if (live == 0) break;
+        spindle_futex_wait(&pool->spares_running, live);
+    }
     /* Release pairs with spindle_pool_free's acquire. */
     atomic_store_explicit(&pool->joined, true, memory_order_release);
     return 0;

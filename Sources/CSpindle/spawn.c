@@ -62,11 +62,15 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 typedef struct spawn_request {
     spindle_pool *pool;
+    /* NULL: start the pool's workers, and answer. A spare: start its thread alone,
+     * detached, and free the request (nobody waits for the answer). */
+    spindle_worker *spare;
     cpu_set_t *affinity; /* the pool's planned CPUs (pool->affinity), or NULL */
     size_t affinity_size;
     sigset_t sigmask;    /* the creator's blocked signals */
@@ -155,6 +159,31 @@ static int start_workers(const spawn_request *r, uint32_t *started) {
     return rc;
 }
 
+/* Starts a spare's thread, detached, with the requester's signal mask and the pool's
+ * CPU mask (as start_workers); a failure gives the slot back. */
+static void start_spare(const spawn_request *r) {
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        bool masked =
+            r->affinity && pthread_attr_setaffinity_np(&attr, r->affinity_size, r->affinity) == 0;
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &r->sigmask, NULL);
+        rc = pthread_create(&r->spare->thread, &attr, spindle_worker_main, r->spare);
+        if (rc == EINVAL && masked) {
+            pthread_attr_destroy(&attr);
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            rc = pthread_create(&r->spare->thread, &attr, spindle_worker_main, r->spare);
+        }
+        pthread_sigmask(SIG_SETMASK, &all, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc) spindle_spare_start_failed(r->pool, r->spare);
+}
+
 static void *spawner_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "spindle-spawn");
@@ -166,6 +195,12 @@ static void *spawner_main(void *arg) {
         pending = r->next;
         /* Unlocked while starting threads: other creators may queue meanwhile. */
         pthread_mutex_unlock(&lock);
+        if (r->spare) {
+            start_spare(r);
+            free(r);
+            pthread_mutex_lock(&lock);
+            continue;
+        }
         uint32_t started;
         int rc = start_workers(r, &started);
         pthread_mutex_lock(&lock);
@@ -202,6 +237,27 @@ static int start_spawner_locked(void) {
     if (rc) return rc;
     running = true;
     return 0;
+}
+
+int spindle_spawn_spare(spindle_pool *pool, spindle_worker *w) {
+    spawn_request *r = calloc(1, sizeof *r);
+    if (!r) return ENOMEM;
+    r->pool = pool;
+    r->spare = w;
+    r->affinity = pool->affinity;
+    r->affinity_size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
+    pthread_sigmask(SIG_SETMASK, NULL, &r->sigmask);
+    pthread_mutex_lock(&lock);
+    int rc = start_spawner_locked();
+    if (rc == 0) {
+        spawn_request **tail = &pending;
+        while (*tail) tail = &(*tail)->next;
+        *tail = r;
+        pthread_cond_signal(&wake);
+    }
+    pthread_mutex_unlock(&lock);
+    if (rc) free(r);
+    return rc;
 }
 
 int spindle_spawn_workers(spindle_pool *pool, uint32_t *started) {

@@ -31,6 +31,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,9 +62,16 @@ void spindle_run_task(spindle_worker *w, spindle_task *t) {
     int mode = atomic_load_explicit(&w->pool->shutdown, memory_order_acquire);
     bump(&w->counters.executed, 1);
     t->run(t, mode == 2 ? SPINDLE_CANCELLED : SPINDLE_RUN);
+    /* executed != finished: inside a task, for spare.c's monitor. */
+    bump(&w->counters.finished, 1);
 }
 
 void spindle_worker_push(spindle_worker *w, spindle_task *t) {
+    if (w->spare) {
+        /* Nobody steals from a spare's deque (spare.c). */
+        spindle_notify_one_after_push(w->pool, spindle_injector_push(&w->pool->injector, t));
+        return;
+    }
     uint32_t moved = spindle_deque_push(&w->deque, t, &w->pool->injector);
     if (moved) bump(&w->counters.overflowed, moved);
     spindle_notify_one(w->pool);
@@ -79,6 +87,7 @@ static spindle_task *poll_injector(spindle_worker *w) {
     int64_t free_slots = (int64_t)pool->deque_capacity - spindle_deque_len(&w->deque);
     uint32_t max = (uint32_t)(fair < room ? fair : room);
     if ((int64_t)max > free_slots) max = (uint32_t)(free_slots > 1 ? free_slots : 1);
+    if (w->spare) max = 1; /* a spare keeps nothing on its deque (spare.c) */
     spindle_task *batch[64];
     if (max > 64) max = 64;
     uint32_t n = spindle_injector_pop_batch(q, batch, max);
@@ -112,7 +121,7 @@ static spindle_task *steal_from_others(spindle_worker *w) {
                 if (r == SPINDLE_STEAL_RETRY) retry = true;
                 if (r != SPINDLE_STEAL_OK) continue;
                 uint64_t got = 1;
-                if (victim->node != w->node) {
+                if (victim->node != w->node && !w->spare) {
                     for (int extra = 0; extra < 3; extra++) {
                         spindle_task *more;
                         if (spindle_deque_steal(&victim->deque, &more) != SPINDLE_STEAL_OK) break;
@@ -188,6 +197,13 @@ static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
 }
 
 void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch) {
+    /* Inside code that said it blocks (spare.c), the worker is counted out and must not
+     * park through the idle protocol, which would count it out a second time: it
+     * blocks, and spares run the work (the frame it waits for included). */
+    if (atomic_load_explicit(&w->blocking_depth, memory_order_relaxed) != 0) {
+        spindle_worker_block_on_latch(w, latch);
+        return;
+    }
     for (;;) {
         /* Acquire pairs with the setter's release: the thief's writes (the joined
          * half's results) are visible once we see SET. */
@@ -312,13 +328,18 @@ static void apply_pinning(spindle_worker *w) {
 
 void *spindle_worker_main(void *arg) {
     spindle_worker *w = arg;
+    spindle_pool *pool = w->pool;
     spindle_tls_worker = w;
+    /* Relaxed: read by the monitor as a hint (0: not started). */
+    atomic_store_explicit(&w->tid, (int32_t)syscall(SYS_gettid), memory_order_relaxed);
     set_thread_name(w);
     apply_pinning(w);
     apply_priority(w);
-    /* Release pairs with create's acquire: the nice report is visible once counted. */
-    atomic_fetch_add_explicit(&w->pool->ready, 1, memory_order_release);
-    spindle_futex_wake(&w->pool->ready, 1);
+    if (!w->spare) {
+        /* Release pairs with create's acquire: the nice report is visible once counted. */
+        atomic_fetch_add_explicit(&pool->ready, 1, memory_order_release);
+        spindle_futex_wake(&pool->ready, 1);
+    }
     for (;;) {
         spindle_task *t = find_task(w, NULL);
         if (t) {
@@ -326,8 +347,16 @@ void *spindle_worker_main(void *arg) {
             spindle_run_task(w, t);
             continue;
         }
-        if (!spindle_idle_sleep(w, NULL)) break; /* terminated */
+        if (!spindle_idle_sleep(w, NULL)) break; /* terminated, or a spare retired */
     }
     spindle_tls_worker = NULL;
+    if (w->spare) {
+        /* Nothing of `w` is written after its slot went vacant: a new spare may run it.
+         * Last touch of the pool (C2): shutdown frees it once this reaches 0. Release
+         * pairs with its acquire. The wake may then find the word gone or reused: a
+         * FUTEX_WAKE on such an address wakes nobody who cares (see join.c). */
+        atomic_fetch_sub_explicit(&pool->spares_running, 1, memory_order_release);
+        spindle_futex_wake(&pool->spares_running, INT_MAX);
+    }
     return NULL;
 }

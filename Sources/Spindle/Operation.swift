@@ -666,11 +666,14 @@ open class Operation: @unchecked Sendable {
 
     // MARK: - Waiting
 
-    /// Blocks until the operation has finished.
+    /// Blocks the calling thread until the operation has finished.
     ///
-    /// Called from one of Spindle's pool threads, the thread keeps running other pool
-    /// work while it waits, so waiting inside operations cannot starve the pool. Traps
-    /// when called from inside this same operation, which would wait forever.
+    /// The thread runs nothing else meanwhile, as Foundation documents: waiting inside an
+    /// operation while holding a lock, or with thread-local state, is safe. Called from
+    /// one of Spindle's workers, the pool runs a spare worker of the same class while
+    /// this one waits (``ThreadPool/Configuration/maxSpareWorkers``), so waits inside
+    /// operations cannot starve the pool. Traps when called from inside this same
+    /// operation, which would wait forever.
     open func waitUntilFinished() {
         if finishCompleted.load(ordering: .acquiring) { return }
         if let current = ThreadState.current.currentOperation, current.toOpaque() == Unmanaged.passUnretained(self).toOpaque() {
@@ -685,7 +688,8 @@ open class Operation: @unchecked Sendable {
                 g.waiters.append(Waiter(latch: l))
                 return true
             }
-            if registered { spindle_latch_wait(l) }
+            // Blocks this thread, whatever it is; a pool worker is compensated by a spare.
+            if registered { spindle_latch_wait_blocking(l) }
         }
     }
 

@@ -904,13 +904,15 @@ open class OperationQueue: @unchecked Sendable {
         for op in state.locked({ handOut($0.unfinished) }) { op.cancel() }
     }
 
-    /// Blocks until the queue has no operations left. Called from a pool thread, that
-    /// thread keeps running other pool work while it waits.
+    /// Blocks the calling thread until the queue has no operations left. It runs nothing
+    /// else meanwhile; on one of Spindle's workers, the pool runs a spare worker while
+    /// it waits.
     open func waitUntilAllOperationsAreFinished() {
         var latch = spindle_latch()
         spindle_latch_init(&latch)
         withUnsafeMutablePointer(to: &latch) { l in
-            if registerDrainWaiter(Waiter(latch: l)) { spindle_latch_wait(l) }
+            // Blocks this thread; a pool worker is compensated by a spare.
+            if registerDrainWaiter(Waiter(latch: l)) { spindle_latch_wait_blocking(l) }
         }
     }
 

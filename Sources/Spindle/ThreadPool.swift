@@ -125,6 +125,15 @@ public final class ThreadPool: @unchecked Sendable {
         /// the batch and idle policies. `Duration.zero` keeps the kernel's slice.
         /// A refusal (an older kernel) is reported by ``ThreadPool/timeSliceError``.
         public var timeSlice: Duration? = nil
+        /// Spare workers the pool may run, at most, while its workers are blocked inside
+        /// their work — in Spindle's own blocking waits (`waitUntilFinished()` in an
+        /// operation, a wait on another pool), inside ``ThreadPool/blocking(_:)``, or
+        /// found blocked by Spindle's monitor (a worker inside one task, off its CPU,
+        /// while work waits). Spares run at the pool's nice and policy and exit after
+        /// ``spareIdleTimeout`` without work. 0 turns compensation off. At most 4096.
+        public var maxSpareWorkers: Int = 64
+        /// How long a spare worker waits for work before it exits.
+        public var spareIdleTimeout: Duration = .seconds(2)
 
         /// The defaults, with `workers` workers (nil: one per usable CPU).
         public init(workers: Int? = nil) { self.workers = workers }
@@ -165,8 +174,17 @@ public final class ThreadPool: @unchecked Sendable {
         guard spinNs >= 0, spinNs <= Int64(UInt32.max) else {
             throw Error.invalidConfiguration("spin must be between 0 and ~4 s")
         }
+        guard (0...4096).contains(configuration.maxSpareWorkers) else {
+            throw Error.invalidConfiguration("maxSpareWorkers must be in 0...4096, got \(configuration.maxSpareWorkers)")
+        }
+        let spareIdleNs = configuration.spareIdleTimeout.wholeNanoseconds
+        guard spareIdleNs > 0 else {
+            throw Error.invalidConfiguration("spareIdleTimeout must be positive, got \(configuration.spareIdleTimeout)")
+        }
         var cfg = spindle_config()
         spindle_config_init(&cfg)
+        cfg.max_spares = UInt32(configuration.maxSpareWorkers)
+        cfg.spare_idle_ns = UInt64(spareIdleNs)
         cfg.workers = UInt32(configuration.workers ?? 0)
         cfg.deque_capacity = UInt32(configuration.dequeCapacity)
         cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
@@ -365,6 +383,36 @@ private final class FreeRequest: @unchecked Sendable {
 }
 
 extension Duration {
-    /// Whole nanoseconds (truncated), for the engine's configuration fields.
-    var wholeNanoseconds: Int64 { components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000 }
+    /// Whole nanoseconds (truncated), for the engine's configuration fields; saturated
+    /// at `Int64.min`/`Int64.max` for durations beyond ±292 years, so that range checks
+    /// reject them instead of the arithmetic trapping.
+    var wholeNanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow { return seconds < 0 ? .min : .max }
+        let (total, overflow2) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
+        if overflow2 { return seconds < 0 ? .min : .max }
+        return total
+    }
+}
+
+extension ThreadPool {
+    /// Runs `body`, which blocks its thread (a lock, a semaphore, a sleep, synchronous
+    /// I/O), telling the pool so: on one of Spindle's workers, the pool counts this
+    /// worker out while `body` runs and, if work is waiting, wakes or starts a spare
+    /// worker of the same class, so the CPUs stay busy and work that `body` waits for
+    /// can run. Elsewhere it just runs `body`.
+    ///
+    /// Spindle's monitor finds such blocking by itself, a millisecond or more after it
+    /// starts; this tells it at once (tokio's `block_in_place`, Java's `managedBlock`).
+    /// Spare workers are capped by ``Configuration/maxSpareWorkers``.
+    public static func blocking<T, E: Swift.Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        spindle_blocking_begin()
+        defer { spindle_blocking_end() }
+        return try body()
+    }
+
+    /// Spare workers this pool runs now, beside its own (see
+    /// ``Configuration/maxSpareWorkers``).
+    public var spareWorkerCount: Int { Int(spindle_pool_spare_count(raw)) }
 }

@@ -84,32 +84,36 @@ final class TaskExecutorTests: XCTestCase {
     }
 
     /// Tasks on the shared pool that wait synchronously for operations queued on that
-    /// same pool: the waiting worker keeps running other work (the deadlock guard of
-    /// `waitUntilFinished`), including other tasks' jobs, nested inside the waiting
-    /// one. With every worker blocked instead, this would never finish.
+    /// same pool: each waiting worker blocks, and the pool runs spare workers meanwhile,
+    /// so the operations run. Rounds of 40 waits at once: fewer than the pool's spare
+    /// workers (64 by default), which bound how many can block together — past that,
+    /// waits on work queued behind them wait for a worker to return, as with Dispatch's
+    /// thread limit.
     func testSynchronousWaitsInsideTasksOnThePoolKeepItRunning() async {
         let queue = OperationQueue()
-        let n = Stress.count(2_000)
+        let rounds = Stress.count(50), perRound = 40
         final class Count: Sendable { let value = Atomic<Int>(0) }
         let ran = Count()
         let done = expectation(description: "every task finished")
         Task.detached {
             await withTaskExecutorPreference(ThreadPool.shared) {
-                await withTaskGroup(of: Void.self) { group in
-                    for i in 0..<n {
-                        group.addTask {
-                            let op = BlockOperation { ran.value.add(1, ordering: .relaxed) }
-                            queue.addOperation(op)
-                            if i % 2 == 0 { op.waitUntilFinished() } else { await op.finished() }
-                            XCTAssertTrue(op.isFinished)
+                for _ in 0..<rounds {
+                    await withTaskGroup(of: Void.self) { group in
+                        for i in 0..<perRound {
+                            group.addTask {
+                                let op = BlockOperation { ran.value.add(1, ordering: .relaxed) }
+                                queue.addOperation(op)
+                                if i % 2 == 0 { op.waitUntilFinished() } else { await op.finished() }
+                                XCTAssertTrue(op.isFinished)
+                            }
                         }
                     }
                 }
             }
             done.fulfill()
         }
-        await fulfillment(of: [done], timeout: 60)
-        XCTAssertEqual(ran.value.load(ordering: .relaxed), n)
+        await fulfillment(of: [done], timeout: 120)
+        XCTAssertEqual(ran.value.load(ordering: .relaxed), rounds * perRound)
     }
 
     /// Many tasks on the pool, half of them suspending on the way: each body runs

@@ -126,6 +126,16 @@ typedef struct spindle_config {
      *  bookkeeping that lets a shutdown wait for racing submitters — two atomic
      *  read-modify-writes on a shared counter per submission. For process-wide pools. */
     bool permanent;
+    /** Spare workers the pool may add, at most, while its workers are blocked inside
+     *  tasks (spare.c): in Spindle's own blocking waits (spindle_blocking_begin, the
+     *  blocking latch wait), or found blocked by the process's monitor (a worker inside
+     *  one task, off its CPU, while work waits). Spares take the pool's nice and
+     *  policy, run its work, and exit after `spare_idle_ns` without work. 0: none;
+     *  spindle_config_init sets SPINDLE_DEFAULT_MAX_SPARES. At most 4096. */
+    uint32_t max_spares;
+    /** How long a spare waits for work before it exits, in nanoseconds; 0 means the
+     *  default (SPINDLE_DEFAULT_SPARE_IDLE_NS). */
+    uint64_t spare_idle_ns;
 } spindle_config;
 
 enum { SPINDLE_POLICY_NORMAL = 0, SPINDLE_POLICY_BATCH = 1, SPINDLE_POLICY_IDLE = 2 };
@@ -135,6 +145,8 @@ enum { SPINDLE_POLICY_NORMAL = 0, SPINDLE_POLICY_BATCH = 1, SPINDLE_POLICY_IDLE 
 
 #define SPINDLE_DEFAULT_DEQUE_CAPACITY 256u
 #define SPINDLE_DEFAULT_SPIN_NS 50000u
+#define SPINDLE_DEFAULT_MAX_SPARES 64u
+#define SPINDLE_DEFAULT_SPARE_IDLE_NS 2000000000ull
 
 /** Fills `cfg` with the defaults. */
 void spindle_config_init(spindle_config *cfg);
@@ -185,6 +197,16 @@ uint32_t spindle_usable_cpu_count(void);
 
 /** Number of worker threads. */
 uint32_t spindle_pool_worker_count(const spindle_pool *pool);
+/** Spare workers running now (see spindle_config.max_spares). */
+uint32_t spindle_pool_spare_count(const spindle_pool *pool);
+
+/** Brackets code that blocks its thread (a lock, a semaphore, a sleep, synchronous I/O,
+ *  a wait for other work). On a pool worker, the pool counts the worker out for the
+ *  duration and, if work is waiting, wakes or starts a spare worker, so that the CPUs
+ *  stay busy and work the blocked code waits for can run; elsewhere they do nothing.
+ *  Nest freely; every begin needs its end, on the same thread. */
+void spindle_blocking_begin(void);
+void spindle_blocking_end(void);
 
 /** Index of the calling thread among this pool's workers, or -1 when the caller is not
  *  one of them. */
@@ -331,7 +353,8 @@ void spindle_mutex_unlock(spindle_mutex *mutex);
  * registers it wherever the setter will find it. Initialise it on the thread that will
  * wait: that records whether the waiter is a pool worker. A worker waiting on a latch
  * keeps executing its pool's work instead of blocking (so waits inside pool work cannot
- * starve the pool); any other thread spins briefly, then sleeps on a futex.
+ * starve the pool); any other thread spins briefly, then sleeps on a futex — a worker of
+ * another pool inside spindle_blocking_begin/end, so that its own pool is compensated.
  * The setter may touch the latch only up to the `spindle_latch_set` call: the waiter
  * may return, and the latch disappear, as soon as it is set.
  */
@@ -344,6 +367,11 @@ typedef struct spindle_latch {
 void spindle_latch_init(spindle_latch *latch);
 void spindle_latch_set(spindle_latch *latch);
 void spindle_latch_wait(spindle_latch *latch);
+/** Waits without running other work on the waiting thread, which blocks; on a pool
+ *  worker, inside spindle_blocking_begin/end (a spare keeps the pool's CPUs busy). For
+ *  waits whose contract is to block the thread (an operation's waitUntilFinished): a
+ *  nested task would run inside the waiter's critical sections and thread-local state. */
+void spindle_latch_wait_blocking(spindle_latch *latch);
 
 /** ThreadSanitizer annotations for locks TSan cannot see (Swift's Synchronization.Mutex
  *  is implemented in a library built without TSan): `acquire` after taking such a lock,
