@@ -16,7 +16,7 @@ struct Bench: ParsableCommand {
     enum Format: String, ExpressibleByArgument, CaseIterable { case table, json, markdown }
 
     static let allCases = ["submit", "fork-join", "parallel-for", "operation-throughput", "serial-queue",
-                           "dependency-chain", "latency", "qos-under-load", "idle-cpu"]
+                           "dependency-chain", "blocking", "latency", "qos-under-load", "idle-cpu"]
 
     @Argument(help: "'topology' prints the detected topology and the placement plan instead of running the timed cases.")
     var mode: String?
@@ -107,6 +107,8 @@ struct Bench: ParsableCommand {
             case "dependency-chain":
                 results.append(try dependencyChainCase(spindleTasks: tasks ?? (quick ? 100_000 : 1_000_000),
                                                        foundationTasks: quick ? 1_000 : 5_000, reps: min(reps, quick ? 3 : 5)))
+            case "blocking":
+                results.append(try blockingCase(tasks: tasks ?? (quick ? 200 : 1_000), width: 16, reps: min(reps, quick ? 3 : 5)))
             case "latency":
                 results.append(try latencyCase(pool: pool, samples: tasks ?? (quick ? 300 : 2_000), reps: min(reps, quick ? 3 : 5)))
             case "qos-under-load":

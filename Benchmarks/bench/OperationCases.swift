@@ -161,3 +161,47 @@ final class SharedCounter: @unchecked Sendable {
         lock.unlock()
     }
 }
+
+/// N operations that each block for about a millisecond (a sleep: no CPU) at width W,
+/// from one thread, then wait for all: how many a queue keeps blocked at once, which is
+/// the width only if the pool adds threads while its workers block. Dispatch runs the
+/// same blocks on a concurrent queue under a semaphore of W.
+func blockingCase(tasks: Int, width: Int, reps: Int) throws -> CaseResult {
+    var r = try measure("blocking", tasks: tasks, reps: reps, reference: "foundation", [
+        SystemRun(name: "spindle") {
+            try addAndWait(tasks, name: "blocking", who: "spindle", queue: Spindle.OperationQueue(), width: width,
+                           setWidth: { $0.maxConcurrentOperationCount = $1 },
+                           add: { q, hit in q.addOperation { blockOneMillisecond(); hit() } },
+                           wait: { $0.waitUntilAllOperationsAreFinished() })
+        },
+        SystemRun(name: "foundation") {
+            try addAndWait(tasks, name: "blocking", who: "foundation", queue: Foundation.OperationQueue(), width: width,
+                           setWidth: { $0.maxConcurrentOperationCount = $1 },
+                           add: { q, hit in q.addOperation { blockOneMillisecond(); hit() } },
+                           wait: { $0.waitUntilAllOperationsAreFinished() })
+        },
+        SystemRun(name: "dispatch") {
+            let slots = DispatchSemaphore(value: width)
+            let group = DispatchGroup()
+            let c = Countdown(tasks)
+            let t = timed {
+                for _ in 0..<tasks {
+                    slots.wait()
+                    DispatchQueue.global().async(group: group) {
+                        blockOneMillisecond()
+                        c.hit()
+                        slots.signal()
+                    }
+                }
+                group.wait()
+            }.ns
+            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("blocking: dispatch lost blocks") }
+            return t
+        },
+    ])
+    r.note = "each operation sleeps 1 ms; width \(width); a queue that keeps \(width) blocked at once takes ~\(1_000 / width) us per operation"
+    return r
+}
+
+/// The blocking case's work: a sleep, which uses no CPU.
+@Sendable private func blockOneMillisecond() { usleep(1_000) }

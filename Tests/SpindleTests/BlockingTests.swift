@@ -1,13 +1,204 @@
 import Foundation
+import Glibc
 import Synchronization
 import XCTest
 
 @testable import Spindle
 
-/// Work that blocks its thread: waits block (no nested execution), and the pool runs
-/// spare workers meanwhile, so that the CPUs stay busy and width means what it says.
+/// Work that blocks its thread: Spindle's waits block (nothing runs nested on a waiting
+/// thread), and the pool runs spare workers meanwhile, so that the CPUs stay busy, no
+/// pool deadlocks on work queued behind its blocked workers, and a queue's width means
+/// that many operations at once.
 final class BlockingTests: XCTestCase {
-    func testAWorkerBlockedOnASemaphoreIsCompensatedByTheMonitor() throws {
+    /// Runs `body` on another thread and waits at most `seconds` for it: a deadlock
+    /// fails the test instead of hanging the suite.
+    func completes(within seconds: Double = 20, _ body: @escaping @Sendable () -> Void) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            body()
+            done.signal()
+        }
+        return done.wait(timeout: .now() + seconds) == .success
+    }
+
+    // MARK: waits block, and nothing runs nested on the waiting thread
+
+    func testAnOperationWaitingWhileHoldingAPlainLockNeverDeadlocksOnOneThatTakesIt() {
+        XCTAssertTrue(completes {
+            let q = OperationQueue()
+            let lock = NSLock()
+            let inner = BlockOperation { usleep(1_000) }
+            let holder = BlockOperation {
+                lock.lock()
+                q.addOperation(inner)
+                // Queued behind `inner` on the pool: run nested on this thread, it
+                // would take the lock this thread holds.
+                for _ in 0..<8 { q.addOperation { lock.lock(); lock.unlock() } }
+                inner.waitUntilFinished()
+                lock.unlock()
+            }
+            q.addOperation(holder)
+            q.waitUntilAllOperationsAreFinished()
+        }, "an operation waiting with a plain lock held deadlocked")
+    }
+
+    func testARecursiveLockKeepsItsExclusionAcrossAWait() {
+        let q = OperationQueue()
+        let lock = NSRecursiveLock()
+        let holding = Atomic<Bool>(false)
+        let intrusions = Atomic<Int>(0)
+        let inner = BlockOperation { usleep(2_000) }
+        let holder = BlockOperation {
+            lock.lock()
+            holding.store(true, ordering: .releasing)
+            q.addOperation(inner)
+            for _ in 0..<8 {
+                q.addOperation {
+                    lock.lock()
+                    if holding.load(ordering: .acquiring) { intrusions.add(1, ordering: .relaxed) }
+                    lock.unlock()
+                }
+            }
+            inner.waitUntilFinished()
+            holding.store(false, ordering: .releasing)
+            lock.unlock()
+        }
+        q.addOperation(holder)
+        XCTAssertTrue(completes { q.waitUntilAllOperationsAreFinished() })
+        XCTAssertEqual(intrusions.load(ordering: .relaxed), 0, "an operation entered the waiter's critical section")
+    }
+
+    func testNothingRunsOnTheThreadOfAWaitingOperation() {
+        let q = OperationQueue()
+        let waiterThread = Atomic<UInt>(0)
+        let waiting = Atomic<Bool>(false)
+        let nested = Atomic<Int>(0)
+        let inner = BlockOperation { usleep(5_000) }
+        let waiter = BlockOperation {
+            waiterThread.store(UInt(pthread_self()), ordering: .releasing)
+            waiting.store(true, ordering: .releasing)
+            inner.waitUntilFinished()
+            waiting.store(false, ordering: .releasing)
+        }
+        q.addOperation(waiter)
+        while !waiting.load(ordering: .acquiring) { usleep(100) }
+        q.addOperation(inner)
+        for _ in 0..<50 {
+            q.addOperation {
+                if waiting.load(ordering: .acquiring) && UInt(pthread_self()) == waiterThread.load(ordering: .acquiring) {
+                    nested.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        XCTAssertTrue(completes { q.waitUntilAllOperationsAreFinished() })
+        XCTAssertEqual(nested.load(ordering: .relaxed), 0, "operations ran nested on a waiting thread")
+    }
+
+    // MARK: width means that many at once, when operations block
+
+    /// `n` operations that each wait until all `n` have arrived (blocking Spindle cannot
+    /// see: a condition variable). They meet only if `n` run at once.
+    func rendezvous(_ n: Int, width: Int) -> Bool {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = width
+        let cond = NSCondition()
+        let arrived = Mutex<Int>(0)
+        let met = Atomic<Int>(0)
+        for _ in 0..<n {
+            q.addOperation {
+                cond.lock()
+                let now = arrived.locked { $0 += 1; return $0 }
+                if now == n { cond.broadcast() }
+                let deadline = Date().addingTimeInterval(15)
+                while arrived.locked({ $0 }) < n && cond.wait(until: deadline) {}
+                cond.unlock()
+                if arrived.locked({ $0 }) == n { met.add(1, ordering: .relaxed) }
+            }
+        }
+        q.waitUntilAllOperationsAreFinished()
+        return met.load(ordering: .relaxed) == n
+    }
+
+    func testARendezvousOfFourMeetsAtWidthFour() { XCTAssertTrue(rendezvous(4, width: 4)) }
+    func testARendezvousOfEightMeetsAtWidthEight() { XCTAssertTrue(rendezvous(8, width: 8)) }
+    func testARendezvousOfThirtyTwoMeetsAtWidthThirtyTwo() { XCTAssertTrue(rendezvous(32, width: 32)) }
+    func testARendezvousOfEightMeetsAtTheDefaultWidth() {
+        XCTAssertTrue(rendezvous(8, width: OperationQueue.defaultMaxConcurrentOperationCount))
+    }
+
+    // MARK: spares
+
+    func testSparesAreCappedAndRetireWhenIdle() throws {
+        var config = ThreadPool.Configuration(workers: 1)
+        config.maxSpareWorkers = 3
+        config.spareIdleTimeout = .milliseconds(100)
+        config.name = "spindle-cap"
+        let pool = try ThreadPool(configuration: config)
+        defer { try? pool.shutdown() }
+        let baseline = threadNames().filter { $0.hasPrefix("spindle-cap") }.count
+        XCTAssertEqual(baseline, 1)
+        let gate = DispatchSemaphore(value: 0)
+        let started = Counter()
+        let peak = Atomic<Int>(0)
+        for _ in 0..<10 {
+            try pool.submit {
+                started.increment()
+                ThreadPool.blocking { gate.wait() }
+            }
+        }
+        // One worker and three spares block; six tasks wait for one to return.
+        XCTAssertTrue(eventually { started.value == 4 })
+        usleep(50_000)
+        XCTAssertEqual(started.value, 4, "more spares ran than the cap allows")
+        let running = threadNames().filter { $0.hasPrefix("spindle-cap") }.count
+        peak.store(running, ordering: .relaxed)
+        XCTAssertLessThanOrEqual(running, 1 + 3)
+        XCTAssertEqual(pool.spareWorkerCount, 3)
+        for _ in 0..<10 { gate.signal() }
+        XCTAssertTrue(eventually { started.value == 10 })
+        // Idle spares exit: the pool's threads return to their baseline.
+        XCTAssertTrue(eventually(within: 10) { pool.spareWorkerCount == 0 })
+        XCTAssertTrue(eventually(within: 10) {
+            threadNames().filter { $0.hasPrefix("spindle-cap") }.count == baseline
+        }, "spare threads did not exit")
+    }
+
+    func testASpareRunsAtItsPoolsNiceValue() throws {
+        var config = ThreadPool.Configuration(workers: 1)
+        config.nice = 7
+        config.maxSpareWorkers = 2
+        let pool = try ThreadPool(configuration: config)
+        defer { try? pool.shutdown() }
+        let gate = DispatchSemaphore(value: 0)
+        let seen = Mutex<Int32?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        try pool.submit { ThreadPool.blocking { gate.wait() } } // the pool's worker blocks
+        try pool.submit {
+            // Runs on a spare: the only worker is blocked.
+            errno = 0
+            let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+            seen.locked { $0 = nice }
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        gate.signal()
+        XCTAssertEqual(seen.locked { $0 }, 7, "a spare did not take its pool's nice")
+    }
+
+    func testThreadPoolBlockingCompensatesAtOnce() throws {
+        let pool = try ThreadPool(workers: 1)
+        defer { try? pool.shutdown() }
+        let sem = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        try pool.submit {
+            ThreadPool.blocking { sem.wait() }
+            done.signal()
+        }
+        try pool.submit { sem.signal() }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the blocked worker was not compensated")
+    }
+
+    func testTheMonitorCompensatesBlockingSpindleIsNotToldOf() throws {
         let pool = try ThreadPool(workers: 1)
         defer { try? pool.shutdown() }
         let sem = DispatchSemaphore(value: 0)
@@ -21,17 +212,39 @@ final class BlockingTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the blocked worker was not compensated")
     }
 
-    func testThreadPoolBlockingCompensatesAtOnce() throws {
-        let pool = try ThreadPool(workers: 1)
+    func testWithoutSparesAPoolStillRunsWhatItCan() throws {
+        var config = ThreadPool.Configuration(workers: 2)
+        config.maxSpareWorkers = 0
+        let pool = try ThreadPool(configuration: config)
         defer { try? pool.shutdown() }
         let sem = DispatchSemaphore(value: 0)
-        let done = DispatchSemaphore(value: 0)
-        try pool.submit {
-            ThreadPool.blocking { sem.wait() }
-            done.signal()
+        let ran = Counter()
+        try pool.submit { ThreadPool.blocking { sem.wait() } }
+        for _ in 0..<100 { try pool.submit { ran.increment() } }
+        XCTAssertTrue(eventually { ran.value == 100 }, "the other worker did not run the work")
+        XCTAssertEqual(pool.spareWorkerCount, 0)
+        sem.signal()
+    }
+
+    // MARK: waits across pools
+
+    /// A worker of one pool that waits on work sent to another never deadlocks its own
+    /// pool: it is counted out, and a spare keeps its pool's work moving.
+    func testCrossPoolWaitsInBothDirectionsComplete() throws {
+        let a = try ThreadPool(workers: 1), b = try ThreadPool(workers: 1)
+        defer { try? a.shutdown(); try? b.shutdown() }
+        let done = Counter()
+        for _ in 0..<4 {
+            try a.submit { b.run { a.run { done.increment() } } }
+            try b.submit { a.run { b.run { done.increment() } } }
         }
-        usleep(20_000)
-        try pool.submit { sem.signal() }
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the blocked worker was not compensated")
+        XCTAssertTrue(eventually(within: 20) { done.value == 8 }, "cross-pool waits deadlocked (\(done.value) of 8)")
+    }
+
+    func testJoinStillHelpsInsteadOfBlocking() throws {
+        let pool = try ThreadPool(workers: 2)
+        defer { try? pool.shutdown() }
+        XCTAssertEqual(pool.run { fib(pool, 20) }, 6765)
+        XCTAssertEqual(pool.spareWorkerCount, 0, "join waits started spares")
     }
 }
