@@ -260,6 +260,16 @@ bool spindle_idle_stop_searching(spindle_idle *idle) {
 static uint32_t pick_sleeper_locked(spindle_pool *pool, int prefer_cpu) {
     spindle_idle *idle = &pool->idle;
     uint32_t pick = idle->nsleepers - 1;
+    /* A spare only when no worker of the pool's own sleeps: what a spare spawns goes
+     * through the injector (spare.c), and an idle spare should be left to exit. */
+    if (pool->workers[idle->sleepers[pick]]->spare) {
+        for (uint32_t k = idle->nsleepers; k-- > 0;) {
+            if (!pool->workers[idle->sleepers[k]]->spare) {
+                pick = k;
+                break;
+            }
+        }
+    }
     if (prefer_cpu >= 0 && pool->pinned_per_cpu) {
         for (uint32_t k = 0; k < idle->nsleepers; k++) {
             const spindle_worker *c = pool->workers[idle->sleepers[k]];

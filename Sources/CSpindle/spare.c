@@ -35,8 +35,10 @@
  *   2. Code that does not say so, found by the monitor: one thread for the process
  *      that, while any pool has a worker running, looks at each worker every tick. A
  *      worker inside the same task as at the last tick, whose thread used less than
- *      half a tick of CPU since (its thread CPU clock), is blocked; it is counted out
- *      while it stays so and work is waiting, and in again at the first tick that finds
+ *      half a tick of CPU since (its thread CPU clock) and is asleep in the kernel (its
+ *      state in /proc, read only then: a runnable thread kept off its CPU by a busy
+ *      machine is not blocked), is blocked; it is counted out while it stays so and
+ *      work is waiting, and in again at the first tick that finds
  *      it running or out of that task. A worker inside code of kind 1 is left to it.
  *      The tick is 1 ms while some worker sits in one task across ticks, 10 ms
  *      otherwise, and the monitor sleeps (a futex, poked when a parked worker is woken)
@@ -77,11 +79,14 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- counting out and in (C1) -------------------------------------------------------- */
 
@@ -264,6 +269,28 @@ static uint64_t thread_cpu_ns(int32_t tid) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Whether thread `tid` of this process is asleep in the kernel (state S or D in
+ * /proc/self/task/TID/stat), not runnable. Asked only of a worker that used little CPU
+ * in one task across a tick: on a loaded machine a runnable worker the scheduler keeps
+ * off its CPU uses little too, and counting it out would only add threads to a machine
+ * that has no CPU to spare. */
+static bool thread_sleeps(int32_t tid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    /* "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the
+     * last ')'. */
+    char *paren = strrchr(buf, ')');
+    if (!paren || paren[1] != ' ') return false;
+    char state = paren[2];
+    return state == 'S' || state == 'D';
+}
+
 /* One look at `pool`. Returns whether any worker runs (or is counted out); sets
  * *suspect when some worker is in the same task as at the last look. */
 static bool watch_pool(spindle_pool *pool, uint64_t elapsed_ns, bool *suspect) {
@@ -284,7 +311,8 @@ static bool watch_pool(spindle_pool *pool, uint64_t elapsed_ns, bool *suspect) {
         bool same_task = executed != finished && executed == w->mon_executed && tid != 0;
         uint64_t cpu = same_task ? thread_cpu_ns(tid) : 0;
         bool blocked = same_task && cpu != 0 && w->mon_cpu_ns != 0 && cpu - w->mon_cpu_ns < elapsed_ns / 2 &&
-                       atomic_load_explicit(&w->blocking_depth, memory_order_relaxed) == 0;
+                       atomic_load_explicit(&w->blocking_depth, memory_order_relaxed) == 0 &&
+                       thread_sleeps(tid);
         if (same_task) *suspect = true;
         w->mon_executed = executed;
         w->mon_cpu_ns = cpu;

@@ -18,9 +18,27 @@ static uint64_t thread_cpu_ns(pthread_t thread) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A spare's CPU time, through its thread's kernel id (spare.c): it is detached, and its
+ * pthread_t is gone once it exits. 0 when no thread runs the slot. */
+static uint64_t spare_cpu_ns(const spindle_worker *w) {
+    int32_t tid = atomic_load_explicit(&((spindle_worker *)w)->tid, memory_order_relaxed);
+    if (tid == 0) return 0;
+    clockid_t id = (clockid_t)((~(unsigned)tid << 3) | 6u); /* as spare.c's thread_cpu_ns */
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t spindle_pool_slot_count(const spindle_pool *pool) {
+    /* Acquire pairs with the release that published each spare slot. */
+    return atomic_load_explicit(&((spindle_pool *)pool)->nslots, memory_order_acquire);
+}
+
 uint32_t spindle_pool_stats(const spindle_pool *pool, spindle_worker_stats *out, uint32_t count) {
-    uint32_t n = count < pool->nworkers ? count : pool->nworkers;
+    uint32_t slots = spindle_pool_slot_count(pool);
+    uint32_t n = count < slots ? count : slots;
     for (uint32_t i = 0; i < n; i++) {
+        const spindle_worker *w = pool->workers[i];
         spindle_counters *c = &pool->workers[i]->counters;
         out[i].executed = atomic_load_explicit(&c->executed, memory_order_relaxed);
         out[i].stolen = atomic_load_explicit(&c->stolen, memory_order_relaxed);
@@ -28,14 +46,19 @@ uint32_t spindle_pool_stats(const spindle_pool *pool, spindle_worker_stats *out,
         out[i].parked = atomic_load_explicit(&c->parked, memory_order_relaxed);
         out[i].injector_pops = atomic_load_explicit(&c->injector_pops, memory_order_relaxed);
         out[i].overflowed = atomic_load_explicit(&c->overflowed, memory_order_relaxed);
-        out[i].cpu_ns = thread_cpu_ns(pool->workers[i]->thread);
+        out[i].cpu_ns = w->spare ? spare_cpu_ns(w) : thread_cpu_ns(w->thread);
+        out[i].spare = w->spare;
     }
     return n;
 }
 
 uint64_t spindle_pool_cpu_time_ns(const spindle_pool *pool) {
     uint64_t sum = 0;
-    for (uint32_t i = 0; i < pool->nworkers; i++) sum += thread_cpu_ns(pool->workers[i]->thread);
+    uint32_t slots = spindle_pool_slot_count(pool);
+    for (uint32_t i = 0; i < slots; i++) {
+        const spindle_worker *w = pool->workers[i];
+        sum += w->spare ? spare_cpu_ns(w) : thread_cpu_ns(w->thread);
+    }
     return sum;
 }
 

@@ -351,8 +351,12 @@ void *spindle_worker_main(void *arg) {
     }
     spindle_tls_worker = NULL;
     if (w->spare) {
-        /* Nothing of `w` is written after its slot went vacant: a new spare may run it.
-         * Last touch of the pool (C2): shutdown frees it once this reaches 0. Release
+        /* Nothing of `w` is written after its slot went vacant, but for the thread id,
+         * which a new spare of the slot may already have set: clear only our own. */
+        int32_t mine = (int32_t)syscall(SYS_gettid);
+        atomic_compare_exchange_strong_explicit(&w->tid, &mine, 0, memory_order_relaxed,
+                                                memory_order_relaxed);
+        /* Last touch of the pool (C2): shutdown frees it once this reaches 0. Release
          * pairs with its acquire. The wake may then find the word gone or reused: a
          * FUTEX_WAKE on such an address wakes nobody who cares (see join.c). */
         atomic_fetch_sub_explicit(&pool->spares_running, 1, memory_order_release);

@@ -332,10 +332,12 @@ public final class ThreadPool: @unchecked Sendable {
         return ns == 0 ? nil : .nanoseconds(Int64(ns))
     }
 
-    /// Per-worker counters, as one snapshot (each counter read atomically).
+    /// Per-worker counters, as one snapshot (each counter read atomically): the pool's
+    /// own workers first, then each spare slot it has made (``WorkerStats/isSpare``).
     public var stats: [WorkerStats] {
-        var out = [spindle_worker_stats](repeating: spindle_worker_stats(), count: workerCount)
-        let n = Int(spindle_pool_stats(raw, &out, UInt32(workerCount)))
+        let slots = Int(spindle_pool_slot_count(raw))
+        var out = [spindle_worker_stats](repeating: spindle_worker_stats(), count: slots)
+        let n = Int(spindle_pool_stats(raw, &out, UInt32(slots)))
         return out.prefix(n).map(WorkerStats.init)
     }
 
@@ -357,10 +359,14 @@ public struct WorkerStats: Sendable, Equatable {
     public var injectorPops: UInt64
     /// Tasks this worker moved from its full deque to the injector.
     public var overflowed: UInt64
-    /// CPU time the thread has consumed.
+    /// CPU time the thread has consumed (a spare slot: its current thread's).
     public var cpuTime: Duration
+    /// True for a spare slot, run by spare workers while the pool's own are blocked
+    /// (``ThreadPool/Configuration/maxSpareWorkers``).
+    public var isSpare: Bool
 
     init(_ s: spindle_worker_stats) {
+        isSpare = s.spare != 0
         executed = s.executed
         stolen = s.stolen
         stolenFrom = s.stolen_from

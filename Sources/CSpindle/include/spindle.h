@@ -261,13 +261,19 @@ typedef struct spindle_worker_stats {
     uint64_t parked;        /* times this worker went to sleep                         */
     uint64_t injector_pops; /* tasks this worker took from the injector                */
     uint64_t overflowed;    /* tasks this worker moved from its full deque to injector */
-    uint64_t cpu_ns;        /* CPU time the thread has consumed                        */
+    uint64_t cpu_ns;        /* CPU time the thread has consumed (a spare: its current
+                               thread's, 0 between threads)                           */
+    uint32_t spare;         /* 1: a spare slot, run by successive spare threads        */
 } spindle_worker_stats;
 
-/** Copies up to `count` workers' counters into `out`; returns how many were copied.
- *  Safe to call at any time from any thread; each counter is read atomically. */
+/** Copies up to `count` workers' counters into `out`, the pool's own workers first,
+ *  then every spare slot made so far (spindle_pool_slot_count); returns how many were
+ *  copied. Safe to call at any time from any thread; each counter is read atomically. */
 uint32_t spindle_pool_stats(const spindle_pool *pool, spindle_worker_stats *out,
                             uint32_t count);
+
+/** The pool's workers plus the spare slots it has made so far (spare.c). */
+uint32_t spindle_pool_slot_count(const spindle_pool *pool);
 
 /** Sum of the CPU time consumed by all of this pool's worker threads, in nanoseconds. */
 uint64_t spindle_pool_cpu_time_ns(const spindle_pool *pool);
