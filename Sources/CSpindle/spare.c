@@ -120,12 +120,15 @@ static void count_in(spindle_pool *pool) {
 
 /* The monitor's counting of worker `w`, through `w->counted_out` (C1): out once, not
  * while the worker counts itself out (its depth, stored before it takes this lock, is
- * read under it), and in only if the worker has not parked meanwhile
+ * read under it) or is parked, and in only if the worker has not parked meanwhile
  * (spindle_idle_sleep counts it in then). */
 static void monitor_count_out(spindle_pool *pool, spindle_worker *w) {
     spindle_idle *idle = &pool->idle;
     pthread_mutex_lock(&idle->lock);
-    bool now = !w->counted_out && atomic_load_explicit(&w->blocking_depth, memory_order_relaxed) == 0;
+    /* Not a worker parked in the idle protocol (a join wait parks inside a task): its
+     * parking already counted it out. */
+    bool now = !w->counted_out && !w->in_sleepers &&
+               atomic_load_explicit(&w->blocking_depth, memory_order_relaxed) == 0;
     if (now) {
         w->counted_out = true;
         atomic_fetch_sub_explicit(&idle->state, SPINDLE_UNPARKED_ONE, memory_order_seq_cst);
