@@ -327,7 +327,13 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     pool->requested_nice = cfg.nice;
     pool->requested_policy = cfg.policy;
     const char *name = cfg.name ? cfg.name : "spindle-w";
-    strncpy(pool->name, name, sizeof pool->name - 1);
+    /* At most 15 bytes, cut at a UTF-8 character boundary (pool is zeroed: terminated). */
+    size_t name_len = strlen(name);
+    if (name_len > sizeof pool->name - 1) {
+        name_len = sizeof pool->name - 1;
+        while (name_len > 0 && ((unsigned char)name[name_len] & 0xC0) == 0x80) name_len--;
+    }
+    memcpy(pool->name, name, name_len);
     spindle_injector_init(&pool->injector);
     atomic_init(&pool->shutdown, 0);
     atomic_init(&pool->submitters, 0);

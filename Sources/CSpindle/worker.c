@@ -229,12 +229,16 @@ void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch) {
 }
 
 static void set_thread_name(spindle_worker *w) {
-    /* The kernel keeps 15 characters; trim the prefix, never the index, so that
-     * `top -H` and perf can tell the workers apart. */
+    /* The kernel keeps 15 bytes; trim the prefix, never the index, so that `top -H` and
+     * perf can tell the workers apart — and never inside a UTF-8 character: back off
+     * over continuation bytes (10xxxxxx) to the start of the cut one. */
     char digits[12], name[16];
     int nd = snprintf(digits, sizeof digits, "%u", w->index);
     size_t keep = strlen(w->pool->name);
-    if (keep > 15 - (size_t)nd) keep = 15 - (size_t)nd;
+    if (keep > 15 - (size_t)nd) {
+        keep = 15 - (size_t)nd;
+        while (keep > 0 && ((unsigned char)w->pool->name[keep] & 0xC0) == 0x80) keep--;
+    }
     memcpy(name, w->pool->name, keep);
     memcpy(name + keep, digits, (size_t)nd + 1);
     pthread_setname_np(pthread_self(), name);

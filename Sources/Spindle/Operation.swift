@@ -154,9 +154,9 @@ open class Operation: @unchecked Sendable {
     /// The queue this operation was added to (its address; 0: none), claimed with one
     /// CAS when it is added — which is also how adding it twice, or to two queues, is
     /// detected. Read without reference counting: valid while the operation is
-    /// unfinished, then for as long as `queueReference` is set (see `ownerQueue`). An
-    /// operation that holds its queue (`queueHeld`) clears it when it has finished
-    /// (see `dropQueue`).
+    /// unfinished, then for as long as `queueReference` is set (see `ownerQueue`). One
+    /// the program added (`queueAddedByCaller`) clears it when it has finished (see
+    /// `dropQueue`).
     let queueWord = Atomic<UInt>(0)
     /// The strong reference behind `queueWord`, for an operation that code outside the
     /// queue can reach: set by the thread that claimed it, or — for one made by the
@@ -168,9 +168,9 @@ open class Operation: @unchecked Sendable {
     ///
     /// Dropped when the operation has finished (`dropQueue`) if the program made and
     /// added it (`queueAddedByCaller`), so that a program that keeps finished operations
-    /// does not keep their queue; otherwise by deinit. The block form of `addOperation` in direct mode does without it: the
-    /// retain on the adding thread and the release where the operation dies are a
-    /// tenth of the `operation-throughput` loop (docs/performance.md).
+    /// does not keep their queue; otherwise by deinit. The block form of `addOperation`
+    /// in direct mode does without it: the retain on the adding thread and the release
+    /// where the operation dies are a tenth of the `operation-throughput` loop.
     @exclusivity(unchecked) var queueReference: OperationQueue?
     /// Pins on `queueWord` by code outside the queue's own paths (`withPinnedQueue`), in
     /// the low bits, and two flags: `pinsCleared`, set by the finish once it has cleared

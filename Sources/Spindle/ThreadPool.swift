@@ -112,7 +112,8 @@ public final class ThreadPool: @unchecked Sendable {
         public var policy: SchedulingPolicy = .normal
         /// How workers are tied to CPUs (default: each to its NUMA node's CPUs).
         public var pinning: Pinning = .node
-        /// The NUMA nodes to run on (nil: every node with usable CPUs).
+        /// The NUMA nodes to run on (nil: every node with usable CPUs). An empty list, or
+        /// a node without usable CPUs, is refused with ``Error/invalidConfiguration(_:)``.
         public var nodes: [Int]?
         /// An explicit placement (overrides `workers`, `pinning` and `nodes`).
         public var plan: PlacementPlan?
@@ -203,7 +204,14 @@ public final class ThreadPool: @unchecked Sendable {
         cfg.permanent = processWide
         var plan = configuration.plan
         if plan == nil, let nodes = configuration.nodes {
-            plan = try Topology.load().plan(workers: configuration.workers, pinning: configuration.pinning, nodes: nodes)
+            guard !nodes.isEmpty else {
+                throw Error.invalidConfiguration("nodes is empty; leave it nil to run on every node")
+            }
+            do {
+                plan = try Topology.load().plan(workers: configuration.workers, pinning: configuration.pinning, nodes: nodes)
+            } catch let error as Topology.Error {
+                throw Error.invalidConfiguration("nodes \(nodes): \(error)")
+            }
         }
         if plan != nil { cfg.workers = 0 }
         var pool: OpaquePointer?

@@ -40,3 +40,43 @@ final class ConfigurationTests: XCTestCase {
         expectInvalid("maxSpareWorkers") { $0.maxSpareWorkers = 5000 }
     }
 }
+
+/// Small hardening: names and node lists.
+final class ConfigurationEdgeTests: XCTestCase {
+    func testThreadNamesAreNeverCutInsideAUTF8Character() throws {
+        for prefix in ["ñññññññññññ", "日本語のスレッド名", "aé"] {
+            var config = ThreadPool.Configuration(workers: 12)
+            config.name = prefix
+            let pool = try ThreadPool(configuration: config)
+            defer { try? pool.shutdown() }
+            // threads() decodes each name as UTF-8; a cut character would not decode.
+            let first = String(prefix.prefix(1))
+            let named = threadNames().filter { $0.hasPrefix(first) }
+            XCTAssertEqual(named.count, 12, "\(prefix): \(named)")
+            for name in named {
+                XCTAssertLessThanOrEqual(name.utf8.count, 15, name)
+                XCTAssertTrue(name.last!.isNumber, "the index is kept: \(name)")
+            }
+        }
+    }
+
+    func testAnEmptyNodeListIsRefused() {
+        var config = ThreadPool.Configuration(workers: 1)
+        config.nodes = []
+        XCTAssertThrowsError(try ThreadPool(configuration: config)) { error in
+            guard case ThreadPool.Error.invalidConfiguration(let why) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(why.contains("nodes"), why)
+        }
+    }
+
+    func testAnUnknownNodeIsAThreadPoolError() {
+        var config = ThreadPool.Configuration(workers: 1)
+        config.nodes = [4095]
+        XCTAssertThrowsError(try ThreadPool(configuration: config)) { error in
+            guard case ThreadPool.Error.invalidConfiguration(let why) = error else {
+                return XCTFail("expected ThreadPool.Error.invalidConfiguration, got \(error)")
+            }
+            XCTAssertTrue(why.contains("4095"), why)
+        }
+    }
+}
