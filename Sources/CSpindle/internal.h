@@ -263,6 +263,9 @@ struct spindle_pool {
     _Atomic bool terminated;
     /* Set by shutdown once every worker has been joined. */
     _Atomic bool joined;
+    /* 1 once the pool has stopped (joined), as a futex word: concurrent shutdown
+     * callers wait on it (pool.c, step 6). */
+    _Atomic uint32_t stopped;
 
     /* Workers that have finished starting (name, nice); create waits for all of them. */
     _Atomic uint32_t ready;

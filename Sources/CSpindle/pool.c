@@ -68,8 +68,8 @@
  * =================
  *   1. spindle_pool_destroy refuses to run on one of the pool's own workers (EDEADLK):
  *      step 5 would wait for the calling thread itself.
- *   2. It sets `shutdown` (1 drain, 2 cancel) with a seq_cst CAS; a second destroyer
- *      loses the CAS and gets EALREADY.
+ *   2. It sets `shutdown` (1 drain, 2 cancel) with a seq_cst CAS. A second caller loses
+ *      the CAS and goes to step 6 instead.
  *   3. It waits until `submitters` is 0. An outside submitter increments `submitters`
  *      (seq_cst) *before* it reads `shutdown` (seq_cst), and decrements it after its
  *      push: by the seq_cst total order, either the submitter sees the flag and backs
@@ -88,14 +88,21 @@
  *      Quiescence is stable: only running tasks or outside submitters create work, and
  *      there are none. Nothing is lost: each queued task was run or cancelled before
  *      the queues could read empty.
- *   5. It joins every worker thread and marks the pool `joined`. The memory stays until
- *      spindle_pool_free, so that a thread racing with shutdown still gets a clean
- *      ESHUTDOWN from a live struct rather than a use-after-free; the Swift ThreadPool
- *      frees it in deinit, when no reference (so no caller) is left.
+ *   5. It joins every worker thread and marks the pool `joined` and `stopped`. The
+ *      memory stays until spindle_pool_free, so that a thread racing with shutdown
+ *      still gets a clean ESHUTDOWN from a live struct rather than a use-after-free; the
+ *      Swift ThreadPool frees it in deinit, when no reference (so no caller) is left.
+ *   6. A caller that lost step 2's CAS escalates, if it asks for CANCEL while the pool
+ *      drains (CAS 1 -> 2: a drain that cannot finish, say a task that keeps
+ *      resubmitting itself, is taken over; every task dequeued from then on is
+ *      cancelled), and then waits for `stopped`: every caller returns only once the
+ *      pool has stopped. Escalation needs no wake-up: a worker reads the mode for each
+ *      task it runs, and sleeping workers have nothing to cancel.
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,6 +347,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->terminated, false);
     atomic_init(&pool->ready, 0);
     atomic_init(&pool->joined, false);
+    atomic_init(&pool->stopped, 0);
     atomic_init(&pool->effective_nice, 0);
     atomic_init(&pool->nice_error, 0);
     atomic_init(&pool->effective_policy, 0);
@@ -433,8 +441,16 @@ int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode) {
     int expected = 0;
     int want = mode == SPINDLE_SHUTDOWN_CANCEL ? 2 : 1;
     if (!atomic_compare_exchange_strong_explicit(&pool->shutdown, &expected, want,
-                                                 memory_order_seq_cst, memory_order_seq_cst))
+                                                 memory_order_seq_cst, memory_order_seq_cst)) {
+        /* Step 6. seq_cst, as step 2's CAS: workers' acquire loads of the mode see it. */
+        if (want == 2 && expected == 1)
+            atomic_compare_exchange_strong_explicit(&pool->shutdown, &expected, 2,
+                                                    memory_order_seq_cst, memory_order_seq_cst);
+        /* Acquire pairs with step 5's release: the pool has stopped when this returns. */
+        while (atomic_load_explicit(&pool->stopped, memory_order_acquire) == 0)
+            spindle_futex_wait(&pool->stopped, 0);
         return EALREADY;
+    }
     /* Step 3. Acquire pairs with the submitters' release decrement: their pushes are
      * complete and visible once we read 0. */
     while (atomic_load_explicit(&pool->submitters, memory_order_acquire) != 0) sched_yield();
@@ -449,18 +465,21 @@ int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode) {
         if (live == 0) break;
         spindle_futex_wait(&pool->spares_running, live);
     }
-    /* Release pairs with spindle_pool_free's acquire. */
+    /* Release pairs with spindle_pool_free's acquire, and with step 6's waiters. */
     atomic_store_explicit(&pool->joined, true, memory_order_release);
+    atomic_store_explicit(&pool->stopped, 1, memory_order_release);
+    spindle_futex_wake(&pool->stopped, INT_MAX);
     return 0;
 }
 
 void spindle_pool_free(spindle_pool *pool) {
     if (!pool) return;
     if (!atomic_load_explicit(&pool->joined, memory_order_acquire)) {
-        if (spindle_pool_shutdown(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) {
-            /* Misuse: freeing from a worker, or while another thread shuts it down. */
-            fprintf(stderr, "spindle: spindle_pool_free: the pool is still in use "
-                            "(called from its own worker, or during another shutdown)\n");
+        /* EALREADY: another thread's shutdown, which has now finished (step 6). */
+        int rc = spindle_pool_shutdown(pool, SPINDLE_SHUTDOWN_DRAIN);
+        if (rc != 0 && rc != EALREADY) {
+            /* Misuse: freeing from one of its own workers. */
+            fprintf(stderr, "spindle: spindle_pool_free: called from one of the pool's own workers\n");
             abort();
         }
     }
@@ -559,6 +578,25 @@ bool spindle_current_worker_has_waiting_work(void) {
     /* Both reads are relaxed hints (see their definitions): a task that arrives just
      * after is found when the caller next returns to find_task. */
     return spindle_deque_len(&w->deque) > 0 || spindle_injector_maybe_nonempty(&w->pool->injector);
+}
+
+bool spindle_pool_is_idle(const spindle_pool *pool) {
+    spindle_pool *p = (spindle_pool *)pool;
+    if (atomic_load_explicit(&p->joined, memory_order_acquire)) return true;
+    pthread_mutex_lock(&p->idle.lock);
+    bool idle = p->idle.task_sleepers == 0 && p->blocked == 0;
+    pthread_mutex_unlock(&p->idle.lock);
+    if (!idle || spindle_pool_has_pending_work(p)) return false;
+    /* No worker inside a task (worker.c counts tasks begun and returned; relaxed: a
+     * snapshot). Searching workers do not count: they park within their spin. */
+    uint32_t slots = atomic_load_explicit(&p->nslots, memory_order_acquire);
+    for (uint32_t i = 0; i < slots; i++) {
+        spindle_counters *c = &p->workers[i]->counters;
+        if (atomic_load_explicit(&c->executed, memory_order_relaxed) !=
+            atomic_load_explicit(&c->finished, memory_order_relaxed))
+            return false;
+    }
+    return true;
 }
 
 bool spindle_pool_is_shutting_down(const spindle_pool *pool) {

@@ -231,9 +231,11 @@ public final class ThreadPool: @unchecked Sendable {
 
     deinit {
         let pool = UncheckedSendablePointer(raw)
-        if spindle_pool_current_worker(raw) >= 0 {
-            // The last reference went away inside one of our own tasks: this thread
-            // cannot wait for itself, so a helper thread drains and frees the pool.
+        // The thread dropping the last reference must not wait for the pool's work: it
+        // may be a cooperative thread, and a drain may never finish. An idle pool stops
+        // at once and is freed here; a busy one is drained and freed by a helper thread.
+        if spindle_pool_current_worker(raw) >= 0 || !spindle_pool_is_idle(raw) {
+            // (Inside one of our own tasks this thread could not wait for itself either.)
             var thread = pthread_t()
             let box = Unmanaged.passRetained(FreeRequest(pool)).toOpaque()
             let rc = pthread_create(&thread, nil, { arg in
@@ -272,8 +274,11 @@ public final class ThreadPool: @unchecked Sendable {
     /// With ``ShutdownMode/drain`` every closure already queued runs first (and what
     /// they spawn); with ``ShutdownMode/cancel`` queued closures are released without
     /// running. Either way, submissions from outside the pool fail with
-    /// ``Error/shutDown`` from the moment shutdown begins. Calling it again, or
-    /// concurrently, returns at once.
+    /// ``Error/shutDown`` from the moment shutdown begins. Every caller returns only
+    /// once the pool has stopped: a second call, concurrent or later, waits for the
+    /// first; a ``ShutdownMode/cancel`` takes over a ``ShutdownMode/drain`` in
+    /// progress — one that cannot finish, say a task that keeps resubmitting itself —
+    /// and releases every closure not yet started.
     ///
     /// - Throws: ``Error/shutdownFromOwnWorker`` when called from a pool task;
     ///   ``Error/processWidePool`` for ``shared`` and the quality-of-service pools.

@@ -476,7 +476,9 @@ final class ThreadPoolTests: XCTestCase {
             try pool.submit {}
             if i % 2 == 0 { try pool.shutdown(.cancel) }
         }
-        XCTAssertEqual(ours(), 0, "worker threads outlived their pools")
+        // A pool dropped with work still queued is drained and freed by a helper thread
+        // (deinit does not wait for its work): its workers exit shortly after.
+        XCTAssertTrue(eventually(within: 20) { ours() == 0 }, "worker threads outlived their pools (\(ours()) left)")
         let grown = residentBytes() - rss0
         // AddressSanitizer keeps freed memory in quarantine: resident size says nothing.
         if !Stress.isASan {

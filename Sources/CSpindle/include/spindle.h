@@ -164,10 +164,16 @@ int spindle_pool_create(const spindle_config *cfg, spindle_pool **out);
  * from outside fail with ESHUTDOWN. The memory stays valid until `spindle_pool_free`,
  * so other threads may still call into the pool safely while it shuts down.
  * Returns 0; EDEADLK, doing nothing, when called from one of this pool's own workers
- * (it would wait for itself); EALREADY when shutdown had already begun (this call
- * does not wait for it); EPERM for a permanent pool (spindle_config.permanent).
+ * (it would wait for itself); EALREADY when another caller had begun the shutdown —
+ * this call then waits until the pool has stopped too, and a CANCEL takes over a
+ * DRAIN in progress (tasks not yet started are cancelled from then on); EPERM for a
+ * permanent pool (spindle_config.permanent).
  */
 int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode);
+
+/** True when no task is queued or running (or the pool has stopped): a shutdown would
+ *  then finish at once. A snapshot. */
+bool spindle_pool_is_idle(const spindle_pool *pool);
 
 /** Frees a pool. Shuts it down first (DRAIN) if nobody did. The caller guarantees that
  *  no other thread uses the pool any more, and that it is not one of its workers. */
