@@ -316,6 +316,11 @@ void spindle_numa_free(void *mem, size_t bytes);
  * that worker's pool was planned for (topology.c, "Whose CPUs"). NULL on failure,
  * with errno set (ENOMEM, or sched_getaffinity's). */
 cpu_set_t *spindle_creator_affinity(void);
+/* The CPUs the process started with (the main thread's mask when the engine was
+ * loaded), in a new mask as above. Process-wide pools are planned for it: set
+ * spindle_tls_planning_for_process around their creation. */
+cpu_set_t *spindle_process_affinity(void);
+extern _Thread_local bool spindle_tls_planning_for_process;
 
 /* spare.c */
 /* Under idle.lock, from spindle_wake_one: when no worker is parked and some are counted

@@ -295,6 +295,10 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
      * a readable topology the pool still works, flat and unpinned. */
     const spindle_plan *plan = cfg.plan;
     spindle_plan *own_plan = NULL;
+    /* A process-wide pool is planned and sized for the process's CPUs, not its
+     * creator's (topology.c, "Whose CPUs"). */
+    bool was_planning_for_process = spindle_tls_planning_for_process;
+    if (cfg.permanent) spindle_tls_planning_for_process = true;
     if (!plan) {
         spindle_topology *topo = NULL;
         if (spindle_topology_load(NULL, NULL, &topo) == 0) {
@@ -304,6 +308,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         }
     }
     uint32_t n = plan ? spindle_plan_worker_count(plan) : (cfg.workers ? cfg.workers : spindle_usable_cpu_count());
+    spindle_tls_planning_for_process = was_planning_for_process;
     if (cfg.plan && cfg.workers && cfg.workers != n) {
         spindle_plan_free(own_plan);
         return EINVAL;
@@ -374,7 +379,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->pin_error, 0);
     /* The CPUs it is planned for (topology.c, "Whose CPUs"): its unpinned workers start
      * on them, and pools its workers create are planned for them. */
-    pool->affinity = spindle_creator_affinity();
+    pool->affinity = cfg.permanent ? spindle_process_affinity() : spindle_creator_affinity();
     int rc = spindle_idle_init(&pool->idle, n, n + cfg.max_spares);
     if (rc) {
         if (pool->affinity) CPU_FREE(pool->affinity);

@@ -103,6 +103,13 @@ static void reset_in_child(void) {
  * exited) leaves the spawner with its creator's. */
 static void adopt_process_baseline(void) {
     pid_t main_tid = getpid();
+    /* And the process's CPUs (topology.c, "Whose CPUs"), not those of the thread that
+     * happened to start the spawner; each worker then gets its pool's own mask. */
+    cpu_set_t *cpus = spindle_process_affinity();
+    if (cpus) {
+        pthread_setaffinity_np(pthread_self(), CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS), cpus);
+        CPU_FREE(cpus);
+    }
     int policy = sched_getscheduler(main_tid);
     struct sched_param param;
     if (policy >= 0 && sched_getparam(main_tid, &param) == 0) {

@@ -115,7 +115,15 @@ public final class ThreadPool: @unchecked Sendable {
         /// The NUMA nodes to run on (nil: every node with usable CPUs). An empty list, or
         /// a node without usable CPUs, is refused with ``Error/invalidConfiguration(_:)``.
         public var nodes: [Int]?
-        /// An explicit placement (overrides `workers`, `pinning` and `nodes`).
+        /// The CPUs the pool runs on (nil: those of the thread that creates it, its
+        /// affinity mask — or, for a pool created inside another pool's work, the CPUs
+        /// that pool was planned for). The process-wide pools (``shared`` and the
+        /// quality-of-service classes) always use the CPUs the process started with,
+        /// whichever thread first touches them. CPUs that are not online are dropped
+        /// (none left is ``Error/invalidConfiguration(_:)``); pinning to one the process
+        /// may not use (a container's cpuset) is reported by ``pinningError``.
+        public var cpus: [Int]?
+        /// An explicit placement (overrides `workers`, `pinning`, `nodes` and `cpus`).
         public var plan: PlacementPlan?
         /// Thread-name prefix (the kernel keeps 15 characters, index included).
         public var name: String = "spindle-w"
@@ -203,14 +211,22 @@ public final class ThreadPool: @unchecked Sendable {
         // bookkeeping on every submission.
         cfg.permanent = processWide
         var plan = configuration.plan
-        if plan == nil, let nodes = configuration.nodes {
-            guard !nodes.isEmpty else {
+        if plan == nil, configuration.nodes != nil || configuration.cpus != nil {
+            if let nodes = configuration.nodes, nodes.isEmpty {
                 throw Error.invalidConfiguration("nodes is empty; leave it nil to run on every node")
             }
+            var list: String? = nil
+            if let cpus = configuration.cpus {
+                guard !cpus.isEmpty, cpus.allSatisfy({ (0..<8192).contains($0) }) else {
+                    throw Error.invalidConfiguration("cpus must be a non-empty list of CPU numbers in 0..<8192, got \(cpus)")
+                }
+                list = cpus.map(String.init).joined(separator: ",")
+            }
             do {
-                plan = try Topology.load().plan(workers: configuration.workers, pinning: configuration.pinning, nodes: nodes)
+                plan = try Topology.load(cpus: list).plan(workers: configuration.workers, pinning: configuration.pinning,
+                                                          nodes: configuration.nodes)
             } catch let error as Topology.Error {
-                throw Error.invalidConfiguration("nodes \(nodes): \(error)")
+                throw Error.invalidConfiguration("nodes \(configuration.nodes.map { "\($0)" } ?? "all"), cpus \(list ?? "all"): \(error)")
             }
         }
         if plan != nil { cfg.workers = 0 }

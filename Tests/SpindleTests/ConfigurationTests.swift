@@ -1,4 +1,6 @@
+import CSpindle
 import Foundation
+import Synchronization
 import XCTest
 
 @testable import Spindle
@@ -78,5 +80,47 @@ final class ConfigurationEdgeTests: XCTestCase {
             }
             XCTAssertTrue(why.contains("4095"), why)
         }
+    }
+}
+
+/// Whose CPUs a pool runs on.
+final class PlacementTests: XCTestCase {
+    /// An event-loop thread pinned to one CPU that touches a process-wide pool first
+    /// must not leave it with one worker on that CPU.
+    func testAProcessWidePoolCreatedByAPinnedThreadUsesTheProcesssCPUs() throws {
+        let usable = ProcessInfo.processInfo.activeProcessorCount
+        try XCTSkipIf(usable < 2, "needs two CPUs")
+        let made = Mutex<(workers: Int, pins: Int32)?>(nil)
+        let t = Thread {
+            let pinned = spindle_test_pin_self(0)
+            var config = ThreadPool.Configuration()
+            config.name = "spindle-pw"
+            let pool = try? ThreadPool(configuration: config, processWide: true)
+            // Process-wide pools live as long as the process: keep it.
+            if let pool { _ = Unmanaged.passRetained(pool) }
+            made.locked { $0 = (pool?.workerCount ?? -1, pinned) }
+        }
+        t.start()
+        XCTAssertTrue(eventually { made.locked { $0 } != nil })
+        let result = try XCTUnwrap(made.locked { $0 })
+        XCTAssertEqual(result.pins, 0, "could not pin the test thread")
+        XCTAssertEqual(result.workers, usable, "sized by the pinned creator, not the process")
+    }
+
+    func testACustomPoolCanBeGivenItsCPUs() throws {
+        var config = ThreadPool.Configuration()
+        config.cpus = [0]
+        config.pinning = .core
+        let pool = try ThreadPool(configuration: config)
+        defer { try? pool.shutdown() }
+        XCTAssertEqual(pool.workerCount, 1)
+        XCTAssertEqual(pool.run { spindle_test_current_cpu() }, 0)
+
+        var none = ThreadPool.Configuration()
+        none.cpus = []
+        XCTAssertThrowsError(try ThreadPool(configuration: none))
+        var offline = ThreadPool.Configuration()
+        offline.cpus = [8000]
+        XCTAssertThrowsError(try ThreadPool(configuration: offline))
     }
 }
