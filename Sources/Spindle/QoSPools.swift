@@ -41,14 +41,18 @@ import Synchronization
 /// work nothing. Utility uses SCHED_BATCH (no wake-up preemption of interactive
 /// threads). Both need no privilege.
 ///
-/// A process without CAP_SYS_NICE (or RLIMIT_NICE headroom) is refused negative nice
-/// values with EACCES; those classes then run at the process's nice, and the refusal
-/// is reported by ``ThreadPool/niceError`` of the class's pool, and once per process on
-/// stderr (the first class refused; the others are refused for the same reason), as the
-/// topology fallback is: a service that expected interactive work to outrank the rest
-/// learns at start-up that it does not, without having to ask.
+/// The values are offsets from the process's own nice (its main thread's, which `nice`
+/// and `renice -p` set), clamped to -20...19: a service started with `nice -n 15` keeps
+/// its classes apart (utility at 17, background at 19) instead of running every class
+/// at 15. A process without CAP_SYS_NICE (or RLIMIT_NICE headroom) may not go below its
+/// own nice (EACCES): the classes above default then run at the process's nice, the
+/// refusal is reported by ``ThreadPool/niceError`` of the class's pool, and once per
+/// process on stderr with what every class runs at, as the topology fallback is: a
+/// service that expected interactive work to outrank the rest learns at start-up that
+/// it does not, without having to ask.
 enum QoSPools {
-    static func nice(for qos: QualityOfService) -> Int32 {
+    /// The offset of each class from the process's nice.
+    static func offset(for qos: QualityOfService) -> Int32 {
         switch qos {
         case .userInteractive: return -4
         case .userInitiated: return -2
@@ -56,6 +60,20 @@ enum QoSPools {
         case .background: return 10
         default: return 0
         }
+    }
+
+    /// The process's nice: its main thread's (whose thread id is the process id), as
+    /// the spawner reads it (spawn.c), so that the classes are placed around the nice
+    /// every worker starts from.
+    static let processNice: Int32 = {
+        errno = 0
+        let n = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(getpid()))
+        return errno == 0 ? n : 0
+    }()
+
+    /// The nice value a class's workers ask for.
+    static func nice(for qos: QualityOfService) -> Int32 {
+        min(19, max(-20, processNice + offset(for: qos)))
     }
 
     static func name(for qos: QualityOfService) -> String {
@@ -72,9 +90,21 @@ enum QoSPools {
 
     /// Says once on stderr that `qos`'s nice was refused (see the type's documentation).
     private static func reportRefusedNice(_ qos: QualityOfService, _ error: Int32) {
-        let what = error == EACCES ? "EACCES: negative nice needs CAP_SYS_NICE or RLIMIT_NICE" : "errno \(error)"
+        let what = error == EACCES
+            ? "EACCES: a nice below the process's (\(processNice)) needs CAP_SYS_NICE or RLIMIT_NICE"
+            : "errno \(error)"
+        // What each class runs at: its own nice, or, when that is below the process's
+        // and the process may not go there, the process's.
+        let classes: [(String, QualityOfService)] = [
+            ("userInteractive", .userInteractive), ("userInitiated", .userInitiated), ("default", .default),
+            ("utility", .utility), ("background", .background),
+        ]
+        let runs = classes.map { label, c in
+            let wanted = nice(for: c)
+            return "\(label) \(wanted < processNice && error == EACCES ? processNice : wanted)"
+        }.joined(separator: ", ")
         let line = "spindle: nice \(nice(for: qos)) for \(name(for: qos)) workers (\(qos)) was refused (\(what)); "
-            + "classes with a negative nice run at the process's nice\n"
+            + "the classes run at nice: \(runs)\n"
         FileHandle.standardError.write(Data(line.utf8))
     }
 

@@ -149,11 +149,11 @@ public final class ThreadPool: @unchecked Sendable {
     }
 
     /// The process-wide pool, created on first use with one worker per usable CPU. It
-    /// is also the worker set of the `.default` quality of service, so it runs at nice
-    /// 0 whichever thread happens to create it.
+    /// is also the worker set of the `.default` quality of service, so it runs at the
+    /// process's own nice whichever thread happens to create it.
     public static let shared: ThreadPool = {
         var c = Configuration()
-        c.nice = 0
+        c.nice = QoSPools.nice(for: .default) // the process's own
         do { return try ThreadPool(configuration: c, processWide: true) } catch {
             fatalError("Spindle could not start its shared thread pool: \(error)")
         }

@@ -74,6 +74,33 @@ final class QoSTests: XCTestCase {
         let said = text.split(separator: "\n").filter { $0.contains("was refused") }
         XCTAssertEqual(said.count, 1, text)
         XCTAssertTrue(said.first?.hasPrefix("spindle: nice -4 for spindle-ui workers (userInteractive) was refused (EACCES") ?? false, text)
+        XCTAssertTrue(said.first?.hasSuffix("the classes run at nice: userInteractive 0, userInitiated 0, default 0, utility 2, background 10") ?? false, text)
+    }
+
+    /// A process started with `nice -n 15`, unprivileged: the classes keep their order
+    /// around 15 (those below it refused), and the report says what each runs at.
+    func testUnprivilegedNicedProcessKeepsItsClassesApart() throws {
+        guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+              FileManager.default.isExecutableFile(atPath: "/usr/bin/nice") else { throw XCTSkip("no setpriv or nice") }
+        let (status, text) = try runChild(
+            "/usr/bin/nice",
+            ["-n", "15", "/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             CommandLine.arguments[0], "SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice"],
+            environment: ["SPINDLE_QOS_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
+        XCTAssertEqual(status, 0, text)
+        func seen(_ qos: QualityOfService) -> String? {
+            text.split(separator: "\n").first { $0.hasPrefix("QOS \(qos.rawValue) ") }
+                .flatMap { $0.split(separator: " ").first { $0.hasPrefix("seen=") } }.map(String.init)
+        }
+        XCTAssertEqual(seen(.userInteractive), "seen=15", text)
+        XCTAssertEqual(seen(.userInitiated), "seen=15", text)
+        XCTAssertEqual(seen(.default), "seen=15", text)
+        XCTAssertEqual(seen(.utility), "seen=17", text)
+        XCTAssertEqual(seen(.background), "seen=19", text)
+        let said = text.split(separator: "\n").filter { $0.contains("was refused") }
+        XCTAssertEqual(said.count, 1, text)
+        XCTAssertTrue(said.first?.hasSuffix("the classes run at nice: userInteractive 15, userInitiated 15, default 15, utility 17, background 19") ?? false, text)
     }
 
     /// Class pools are created on first use, often from inside other classes' work. The
