@@ -53,10 +53,12 @@
 #include "spindle_topology.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct node_info {
@@ -97,20 +99,30 @@ struct spindle_plan {
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
+/* A file of the tree, whole, or NULL when it is missing or not a regular file: opened
+ * without blocking, so that a FIFO (or a device) placed in a copied tree cannot stall
+ * the load; sysfs attributes are regular files. */
 static char *read_text(const char *root, const char *path) {
     char full[4096];
     snprintf(full, sizeof full, "%s/%s", root, path);
-    FILE *f = fopen(full, "r");
-    if (!f) return NULL;
+    int fd = open(full, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return NULL;
+    }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     if (!buf) {
-        fclose(f);
+        close(fd);
         return NULL;
     }
-    size_t n;
-    while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
+    for (;;) {
+        ssize_t n = read(fd, buf + len, cap - len - 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        len += (size_t)n;
         if (len + 1 >= cap) {
             char *bigger = realloc(buf, cap * 2);
             if (!bigger) break;
@@ -118,10 +130,16 @@ static char *read_text(const char *root, const char *path) {
             cap *= 2;
         }
     }
-    fclose(f);
+    close(fd);
     buf[len] = 0;
     return buf;
 }
+
+/* Why the last spindle_topology_load on this thread failed, for its caller to report
+ * (spindle_topology_load_error). */
+static _Thread_local char load_error[256];
+
+const char *spindle_topology_load_error(void) { return load_error[0] ? load_error : NULL; }
 
 static int read_int(const char *root, const char *path, int32_t *out) {
     char *t = read_text(root, path);
@@ -288,6 +306,7 @@ static int set_single_node(spindle_topology *t, const char *why) {
 
 int spindle_topology_load(const char *root, const char *cpu_list, spindle_topology **out) {
     *out = NULL;
+    load_error[0] = 0;
     bool real_sys = false;
     if (!root) root = getenv("SPINDLE_SYSFS_ROOT");
     if (!root || !*root) {
@@ -295,6 +314,13 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
         real_sys = true;
     } else if (strcmp(root, "/sys") == 0) {
         real_sys = true;
+    }
+    /* A tree that is not there is a mistake (a mistyped path), not a machine without
+     * topology: planning this machine instead would hide it. */
+    struct stat root_st;
+    if (!real_sys && (stat(root, &root_st) != 0 || !S_ISDIR(root_st.st_mode))) {
+        snprintf(load_error, sizeof load_error, "sysfs root %s is not a directory", root);
+        return ENOENT;
     }
     uint8_t *usable = calloc(SPINDLE_MAX_CPUS, 1);
     uint8_t *tmp = calloc(SPINDLE_MAX_CPUS, 1);
@@ -320,16 +346,28 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
             CPU_FREE(set);
         }
     }
-    /* Intersect with the online CPUs, when the tree says which they are. */
+    /* Intersect with the online CPUs, when the tree says which they are. An empty or
+     * malformed list is the tree's fault, and said so (not blamed on the mask). */
     char *online = rc ? NULL : read_text(root, "devices/system/cpu/online");
     if (online) {
+        memset(tmp, 0, SPINDLE_MAX_CPUS);
+        bool any = false;
         if (parse_list(online, tmp) == 0)
+            for (int i = 0; i < SPINDLE_MAX_CPUS && !any; i++) any = tmp[i];
+        if (!any) {
+            snprintf(load_error, sizeof load_error, "%s/devices/system/cpu/online is empty or malformed", root);
+            rc = EBADMSG;
+        } else {
             for (int i = 0; i < SPINDLE_MAX_CPUS; i++) usable[i] &= tmp[i];
+        }
         free(online);
     }
     uint32_t n = 0;
     for (int i = 0; i < SPINDLE_MAX_CPUS; i++) n += usable[i];
-    if (!rc && n == 0) rc = EINVAL;
+    if (!rc && n == 0) {
+        snprintf(load_error, sizeof load_error, "no CPU of %s is online", cpu_list ? "the list" : "the CPU mask");
+        rc = EINVAL;
+    }
     if (!rc && !(t->cpus = calloc(n, sizeof(spindle_cpu_info)))) rc = ENOMEM;
     if (rc) {
         free(usable);
@@ -394,14 +432,18 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
         char *d = read_text(root, path);
         if (d) {
             char *p = d;
-            for (uint32_t b = 0; b < all_nodes; b++) {
+            for (uint32_t b = 0; b < all_nodes && !why; b++) {
                 char *end;
+                errno = 0;
                 long v = strtol(p, &end, 10);
                 if (end == p) break;
-                all_dist[a * all_nodes + b] = (int32_t)v;
+                /* The kernel's distances are 10 (local) to 255 (unreachable). */
+                if (errno == ERANGE || v < 1 || v > 255) why = "a node distance in sysfs is out of range (1...255)";
+                else all_dist[a * all_nodes + b] = (int32_t)v;
                 p = end;
             }
             free(d);
+            if (why) break;
         }
         snprintf(path, sizeof path, "devices/system/node/node%d/cpulist", id);
         char *cl = read_text(root, path);

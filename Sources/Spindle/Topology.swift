@@ -35,6 +35,9 @@ public struct Topology: Sendable {
         case invalidCPUList(String)
         /// The plan's arguments do not fit the topology (no such node, too many workers).
         case invalidPlan(String)
+        /// The sysfs tree named is not there, or says something impossible (which file,
+        /// and what).
+        case invalidSysfs(String)
         case systemError(errno: Int32)
     }
 
@@ -47,8 +50,12 @@ public struct Topology: Sendable {
             withOptionalCString(cpus) { list in spindle_topology_load(root, list, &raw) }
         }
         guard rc == 0, let raw else {
-            if rc == EINVAL { throw Error.invalidCPUList(cpus ?? "(process affinity)") }
-            throw Error.systemError(errno: rc)
+            let why = spindle_topology_load_error().map { String(cString: $0) }
+            switch rc {
+            case EINVAL: throw Error.invalidCPUList(why.map { "\(cpus ?? "the CPU mask"): \($0)" } ?? (cpus ?? "the CPU mask"))
+            case ENOENT, EBADMSG: throw Error.invalidSysfs(why ?? "errno \(rc)")
+            default: throw Error.systemError(errno: rc)
+            }
         }
         let handle = TopologyHandle(raw)
         var nodes: [Node] = []

@@ -1,5 +1,6 @@
 import CSpindle
 import Foundation
+import Synchronization
 import XCTest
 
 @testable import Spindle
@@ -212,5 +213,65 @@ final class LibnumaAtRunTimeTests: XCTestCase {
         XCTAssertEqual(spindle_test_numa_reload(nil), 1, "libnuma.so.1 is installed but was not usable")
         let topo = try Topology.load()
         if let why = topo.fallbackReason { XCTAssertFalse(why.contains("not installed"), why) }
+    }
+}
+
+/// Malformed or missing sysfs trees give a precise error or a fallback that says why.
+final class TopologyErrorTests: XCTestCase {
+    /// A copy of a fixture tree, to break.
+    func copyOf(_ fixture: String) throws -> String {
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/topology/\(fixture)").path
+        let dest = NSTemporaryDirectory() + "spindle-topo-\(UUID().uuidString)"
+        try FileManager.default.copyItem(atPath: source, toPath: dest)
+        addTeardownBlock { try? FileManager.default.removeItem(atPath: dest) }
+        return dest
+    }
+
+    func write(_ text: String, to path: String) throws {
+        try? FileManager.default.removeItem(atPath: path)
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
+    }
+
+    func testAMistypedRootIsAnErrorNotThisMachine() {
+        XCTAssertThrowsError(try Topology.load(sysfsRoot: "/no/such/sysfs/tree", cpus: "0-3")) { error in
+            guard case Topology.Error.invalidSysfs(let why) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(why.contains("/no/such/sysfs/tree"), why)
+        }
+    }
+
+    func testAnEmptyOnlineListNamesTheFile() throws {
+        let root = try copyOf("two-socket-smt")
+        try write("\n", to: root + "/devices/system/cpu/online")
+        XCTAssertThrowsError(try Topology.load(sysfsRoot: root, cpus: "0-31")) { error in
+            guard case Topology.Error.invalidSysfs(let why) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(why.contains("devices/system/cpu/online is empty or malformed"), why)
+        }
+    }
+
+    func testAFIFOInTheTreeDoesNotBlockTheLoad() throws {
+        let root = try copyOf("two-socket-smt")
+        let online = root + "/devices/system/cpu/online"
+        try FileManager.default.removeItem(atPath: online)
+        XCTAssertEqual(mkfifo(online, 0o644), 0)
+        let done = DispatchSemaphore(value: 0)
+        let nodes = Mutex<Int>(-1)
+        Thread.detachNewThread {
+            let topo = try? Topology.load(sysfsRoot: root, cpus: "0-31")
+            nodes.locked { $0 = topo?.nodes.count ?? 0 }
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "a FIFO in the tree blocked the load")
+        XCTAssertEqual(nodes.locked { $0 }, 2, "the FIFO is skipped like a missing file")
+    }
+
+    func testOutOfRangeDistancesFallBackAndSaySo() throws {
+        for bad in ["10 99999999999999999999", "10 -21", "10 0"] {
+            let root = try copyOf("two-socket-smt")
+            try write(bad + "\n", to: root + "/devices/system/node/node0/distance")
+            let topo = try Topology.load(sysfsRoot: root, cpus: "0-31")
+            XCTAssertEqual(topo.nodes.count, 1, bad)
+            XCTAssertTrue(topo.fallbackReason?.contains("distance") ?? false, "\(bad): \(topo.fallbackReason ?? "no reason")")
+        }
     }
 }

@@ -41,6 +41,12 @@ typedef struct spindle_cpu_info {
  * or ENOMEM.
  */
 int spindle_topology_load(const char *sysfs_root, const char *cpu_list, spindle_topology **out);
+/** Why the calling thread's last spindle_topology_load failed (a sentence naming the
+ *  file or the argument), or NULL; valid until that thread's next load. Load returns
+ *  ENOENT for a sysfs root that is not a directory, EBADMSG for a tree whose list of
+ *  online CPUs is empty or malformed, EINVAL for a malformed CPU list or one with no
+ *  online CPU. */
+const char *spindle_topology_load_error(void);
 void spindle_topology_free(spindle_topology *topo);
 
 uint32_t spindle_topology_cpu_count(const spindle_topology *topo);
