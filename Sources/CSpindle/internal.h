@@ -257,6 +257,12 @@ struct spindle_pool {
      * Unused by a permanent pool, which never shuts down. */
     _Atomic int64_t submitters;
     bool permanent;
+    /* Set in a forked child for every pool that existed at fork(): its threads do not
+     * exist there, so it refuses work (ECHILD) rather than queue what nobody will run.
+     * Written only by the child's single thread in the atfork handler (pool.c). */
+    bool forked;
+    /* The registry of all pools (pool.c), for that handler; under its lock. */
+    spindle_pool *registry_next;
     /* Every worker pinned to one CPU of its own (set at creation). */
     bool pinned_per_cpu;
     /* Set under idle.lock when the pool has quiesced after shutdown; workers exit. */

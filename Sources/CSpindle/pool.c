@@ -238,6 +238,10 @@ static spindle_worker *create_worker(spindle_pool *pool, const spindle_plan *pla
     return w;
 }
 
+/* The registry of pools, for fork() (below). */
+static void registry_add(spindle_pool *pool);
+static void registry_remove(spindle_pool *pool);
+
 /* A spare's deque only ever holds what poll_injector hands it one at a time (spare.c). */
 #define SPARE_DEQUE_CAPACITY 4u
 
@@ -263,6 +267,7 @@ spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index) 
  * pointer to it is in the block), the idle state and the pool. */
 static void free_pool(spindle_pool *pool) {
     spindle_monitor_unregister(pool);
+    registry_remove(pool);
     uint32_t nslots = atomic_load_explicit(&pool->nslots, memory_order_acquire);
     for (uint32_t i = 0; i < nslots; i++) {
         spindle_worker *w = pool->workers[i];
@@ -433,6 +438,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         spindle_futex_wait(&pool->ready, r);
     }
     spindle_monitor_register(pool);
+    registry_add(pool);
     *out = pool;
     return 0;
 }
@@ -497,12 +503,60 @@ int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode) {
     return rc;
 }
 
+/* ---- fork() ---------------------------------------------------------------------------
+ *
+ * A forked child has one thread: none of the pools that existed at fork() has a worker
+ * there (or a spare, or the monitor, or the spawner). Work queued on such a pool would
+ * never run, so in the child every one of them refuses submissions with ECHILD from the
+ * start: the Swift façade then says so (ThreadPool.Error.createdBeforeFork), sends a
+ * refused Swift job to the global executor, and makes new process-wide pools on first
+ * use in the child. Restarting the old pools' workers in the child instead was
+ * rejected: their queues hold the parent's tasks, which the child would run a second
+ * time, and their locks may have been held by threads the child does not have.
+ * Pools created in the child work as usual (spawn.c and spare.c reset their own state
+ * for it). */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static spindle_pool *registry;
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+
+static void mark_pools_forked(void) {
+    /* The child's only thread, before anything else runs: no lock is needed (and the
+     * registry's may have been held by a thread that is not here). */
+    pthread_mutex_init(&registry_lock, NULL);
+    for (spindle_pool *p = registry; p; p = p->registry_next) p->forked = true;
+}
+
+static void install_fork_handler(void) { pthread_atfork(NULL, NULL, mark_pools_forked); }
+
+static void registry_add(spindle_pool *pool) {
+    pthread_once(&registry_once, install_fork_handler);
+    pthread_mutex_lock(&registry_lock);
+    pool->registry_next = registry;
+    registry = pool;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void registry_remove(spindle_pool *pool) {
+    pthread_mutex_lock(&registry_lock);
+    for (spindle_pool **p = &registry; *p; p = &(*p)->registry_next) {
+        if (*p == pool) {
+            *p = pool->registry_next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+bool spindle_pool_is_forked(const spindle_pool *pool) { return pool->forked; }
+
 int spindle_submit_task(spindle_pool *pool, spindle_task *task) {
     spindle_worker *w = spindle_tls_worker;
     if (w && w->pool == pool) {
         spindle_worker_push(w, task);
         return 0;
     }
+    /* A pool inherited through fork(): nobody would run the task (above). */
+    if (__builtin_expect(pool->forked, 0)) return ECHILD;
     if (pool->permanent) {
         /* Never shuts down: nothing to announce to a shutdown (step 3). */
         spindle_notify_one_after_push(pool, spindle_injector_push(&pool->injector, task));

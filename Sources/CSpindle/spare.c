@@ -297,6 +297,8 @@ static bool thread_sleeps(int32_t tid) {
 /* One look at `pool`. Returns whether any worker runs (or is counted out); sets
  * *suspect when some worker is in the same task as at the last look. */
 static bool watch_pool(spindle_pool *pool, uint64_t elapsed_ns, bool *suspect) {
+    /* A pool inherited through fork() has no threads here (pool.c). */
+    if (pool->forked) return false;
     uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_seq_cst);
     /* Acquire pairs with the release that published each slot. */
     uint32_t nslots = atomic_load_explicit(&pool->nslots, memory_order_acquire);
@@ -350,7 +352,8 @@ static void *monitor_main(void *arg) {
             bool again = false;
             pthread_mutex_lock(&mon_lock);
             for (spindle_pool *p = mon_pools; p && !again; p = p->monitor_next)
-                again = SPINDLE_UNPARKED(atomic_load_explicit(&p->idle.state, memory_order_seq_cst)) != 0;
+                again = !p->forked &&
+                        SPINDLE_UNPARKED(atomic_load_explicit(&p->idle.state, memory_order_seq_cst)) != 0;
             pthread_mutex_unlock(&mon_lock);
             if (!again) {
                 while (atomic_load_explicit(&mon_idle, memory_order_acquire) == 1)

@@ -86,7 +86,28 @@ enum QoSPools {
         }
     }
 
+    /// The process-wide pools, by nice value (the default class's is ``ThreadPool/shared``)
+    /// and fork generation: a forked child makes its own (see `forkGeneration`).
     private static let pools = Mutex<[Int: ThreadPool]>([:])
+
+    /// Bumped in a forked child, whose inherited pools have no threads (the engine
+    /// refuses their work with ECHILD): the child's first use of a class makes a new
+    /// pool. The caches below are cleared then too.
+    static let forkGeneration = Atomic<Int>(0)
+
+    /// Installs the fork handler once, before the first process-wide pool exists.
+    private static let forkHandler: Void = {
+        pthread_atfork(nil, nil, {
+            // The child's only thread, before anything else runs: atomics only.
+            QoSPools.forkGeneration.add(1, ordering: .relaxed)
+            QoSPools.engineUI.store(0, ordering: .relaxed)
+            QoSPools.engineIN.store(0, ordering: .relaxed)
+            QoSPools.engineDefault.store(0, ordering: .relaxed)
+            QoSPools.engineUT.store(0, ordering: .relaxed)
+            QoSPools.engineBG.store(0, ordering: .relaxed)
+            QoSPools.sharedObject.store(0, ordering: .relaxed)
+        })
+    }()
 
     /// Says once on stderr that `qos`'s nice was refused (see the type's documentation).
     private static func reportRefusedNice(_ qos: QualityOfService, _ error: Int32) {
@@ -135,15 +156,25 @@ enum QoSPools {
         return raw
     }
 
-    private static let engineUI = Atomic<UInt>(0)
-    private static let engineIN = Atomic<UInt>(0)
-    private static let engineDefault = Atomic<UInt>(0)
-    private static let engineUT = Atomic<UInt>(0)
-    private static let engineBG = Atomic<UInt>(0)
+    static let engineUI = Atomic<UInt>(0)
+    static let engineIN = Atomic<UInt>(0)
+    static let engineDefault = Atomic<UInt>(0)
+    static let engineUT = Atomic<UInt>(0)
+    static let engineBG = Atomic<UInt>(0)
+    /// ``ThreadPool/shared`` of this fork generation (an unretained `ThreadPool`; 0: not
+    /// made yet), so that asking for it takes no lock.
+    static let sharedObject = Atomic<UInt>(0)
 
     static func pool(for qos: QualityOfService) -> ThreadPool {
-        let key = Int(nice(for: qos))
-        if key == 0 { return ThreadPool.shared }
+        // The default class's pool is `ThreadPool.shared`: cached, as it is asked for
+        // often (by code that submits to it directly).
+        let isDefault = offset(for: qos) == 0
+        if isDefault, let object = UnsafeRawPointer(bitPattern: sharedObject.load(ordering: .acquiring)) {
+            // Kept alive by `pools`, which never lets go of a process-wide pool.
+            return Unmanaged<ThreadPool>.fromOpaque(object).takeUnretainedValue()
+        }
+        _ = forkHandler
+        let key = Int(nice(for: qos)) + 64 * forkGeneration.load(ordering: .relaxed)
         return pools.locked { p in
             if let existing = p[key] { return existing }
             var c = ThreadPool.Configuration()
@@ -154,6 +185,9 @@ enum QoSPools {
             let made: ThreadPool
             do { made = try ThreadPool(configuration: c, processWide: true) } catch {
                 fatalError("Spindle could not start the worker set for \(qos): \(error)")
+            }
+            if isDefault {
+                sharedObject.store(UInt(bitPattern: Unmanaged.passUnretained(made).toOpaque()), ordering: .releasing)
             }
             // Once per process: the first class pool refused its nice.
             if let error = made.niceError, !p.values.contains(where: { $0.niceError != nil }) {

@@ -49,6 +49,11 @@ public final class ThreadPool: @unchecked Sendable {
     public enum Error: Swift.Error, Equatable, Sendable, CustomStringConvertible {
         /// The pool has been shut down (or is shutting down); the work was not queued.
         case shutDown
+        /// In a child process made by `fork()`: the pool was created before the fork,
+        /// and its threads do not exist in the child; the work was not queued. Create a
+        /// pool in the child (the process-wide pools, ``shared`` and the quality-of-
+        /// service classes, are made anew there on first use).
+        case createdBeforeFork
         /// ``shutdown(_:)`` was called from one of the pool's own workers, where
         /// waiting for the workers to exit would wait forever.
         case shutdownFromOwnWorker
@@ -64,6 +69,8 @@ public final class ThreadPool: @unchecked Sendable {
         public var description: String {
             switch self {
             case .shutDown: return "the thread pool has been shut down; the work was not queued"
+            case .createdBeforeFork:
+                return "the thread pool was created before fork(), and its threads do not exist in this child process; the work was not queued"
             case .shutdownFromOwnWorker:
                 return "ThreadPool.shutdown() was called from one of the pool's own workers, which would wait for itself"
             case .processWidePool:
@@ -150,14 +157,9 @@ public final class ThreadPool: @unchecked Sendable {
 
     /// The process-wide pool, created on first use with one worker per usable CPU. It
     /// is also the worker set of the `.default` quality of service, so it runs at the
-    /// process's own nice whichever thread happens to create it.
-    public static let shared: ThreadPool = {
-        var c = Configuration()
-        c.nice = QoSPools.nice(for: .default) // the process's own
-        do { return try ThreadPool(configuration: c, processWide: true) } catch {
-            fatalError("Spindle could not start its shared thread pool: \(error)")
-        }
-    }()
+    /// process's own nice whichever thread happens to create it. In a child process made
+    /// by `fork()`, a new one is made on first use there.
+    public static var shared: ThreadPool { QoSPools.pool(for: .default) }
 
     /// Creates a pool with `workers` threads (`nil`: one per usable CPU).
     public convenience init(workers: Int? = nil) throws {
@@ -275,13 +277,14 @@ public final class ThreadPool: @unchecked Sendable {
     /// injector queue. Costs one allocation (the closure's node) and no lock.
     ///
     /// - Throws: ``Error/shutDown`` once ``shutdown(_:)`` has begun; the closure is then
-    ///   released without running, and nothing was queued.
+    ///   released without running, and nothing was queued. ``Error/createdBeforeFork``
+    ///   in a child process made by `fork()`, for a pool created before it.
     public func submit(_ work: consuming @escaping @Sendable () -> Void) throws {
         let task = ClosureTask.make(work)
         let rc = spindle_submit_task(raw, task)
         if rc != 0 {
             releaseRefusedTask(task)
-            throw Error.shutDown
+            throw rc == ECHILD ? Error.createdBeforeFork : Error.shutDown
         }
     }
 

@@ -187,7 +187,8 @@ int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode);
  * Queues `task`. From one of this pool's workers the task goes on that worker's deque
  * (LIFO for the owner, stolen FIFO); from any other thread it goes to the injector.
  * Returns 0, or ESHUTDOWN when the pool is being destroyed and the caller is not one of
- * its workers (the task is then still the caller's: nothing was queued).
+ * its workers, or ECHILD in a forked child for a pool created before fork(), which has
+ * no threads there (the task is then still the caller's: nothing was queued).
  */
 int spindle_submit_task(spindle_pool *pool, spindle_task *task);
 
@@ -203,6 +204,10 @@ uint32_t spindle_usable_cpu_count(void);
 
 /** Number of worker threads. */
 uint32_t spindle_pool_worker_count(const spindle_pool *pool);
+/** True in a forked child for a pool that existed at fork(): it has no threads there,
+ *  and refuses work with ECHILD. */
+bool spindle_pool_is_forked(const spindle_pool *pool);
+
 /** Spare workers running now (see spindle_config.max_spares). */
 uint32_t spindle_pool_spare_count(const spindle_pool *pool);
 
