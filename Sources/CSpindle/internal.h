@@ -285,6 +285,9 @@ struct spindle_pool {
     _Atomic int policy_error;
     _Atomic int slice_error;
     uint32_t requested_slice_ns; /* 0: keep the kernel's */
+    /* Set by a worker running under a real-time policy, which has no slice to ask for
+     * (worker.c, apply_priority): the pool then reports none requested. */
+    _Atomic bool slice_not_asked;
     /* The CPUs this pool was planned for (spindle_creator_affinity at creation; NULL if
      * that failed): what its unpinned workers may use, and what pools created by its
      * workers are planned for. Fixed at creation. */

@@ -297,7 +297,9 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     if (cfg.pinning < SPINDLE_PIN_NODE || cfg.pinning > SPINDLE_PIN_NONE) return EINVAL;
     if ((cfg.alloc_on_node == NULL) != (cfg.free_on_node == NULL)) return EINVAL;
     /* Placement: the caller's plan, or one made from this machine's topology. Without
-     * a readable topology the pool still works, flat and unpinned. */
+     * a readable topology the pool still works, flat and unpinned — and, if pinning was
+     * asked for, says why it is not pinned (spindle_pool_pin_error). */
+    int unplanned = 0;
     const spindle_plan *plan = cfg.plan;
     spindle_plan *own_plan = NULL;
     /* A process-wide pool is planned and sized for the process's CPUs, not its
@@ -306,9 +308,10 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     if (cfg.permanent) spindle_tls_planning_for_process = true;
     if (!plan) {
         spindle_topology *topo = NULL;
-        if (spindle_topology_load(NULL, NULL, &topo) == 0) {
-            if (spindle_plan_create(topo, cfg.workers, (spindle_pinning)cfg.pinning, NULL, 0, &own_plan) == 0)
-                plan = own_plan;
+        unplanned = spindle_topology_load(NULL, NULL, &topo);
+        if (unplanned == 0) {
+            unplanned = spindle_plan_create(topo, cfg.workers, (spindle_pinning)cfg.pinning, NULL, 0, &own_plan);
+            if (unplanned == 0) plan = own_plan;
             spindle_topology_free(topo);
         }
     }
@@ -363,6 +366,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->effective_policy, 0);
     atomic_init(&pool->policy_error, 0);
     atomic_init(&pool->slice_error, 0);
+    atomic_init(&pool->slice_not_asked, false);
     /* The default slice only for SCHED_OTHER pools: BATCH and IDLE workers are meant to
      * yield to everything else, not to preempt it. */
     pool->requested_slice_ns =
@@ -381,7 +385,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         pool->free_on_node = heap_free_on_node;
     }
     pool->alloc_ctx = cfg.alloc_ctx;
-    atomic_init(&pool->pin_error, 0);
+    atomic_init(&pool->pin_error, unplanned && cfg.pinning != SPINDLE_PIN_NONE ? unplanned : 0);
     /* The CPUs it is planned for (topology.c, "Whose CPUs"): its unpinned workers start
      * on them, and pools its workers create are planned for them. */
     pool->affinity = cfg.permanent ? spindle_process_affinity() : spindle_creator_affinity();

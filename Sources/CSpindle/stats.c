@@ -83,6 +83,8 @@ int spindle_pool_slice_error(const spindle_pool *pool) {
 }
 
 uint32_t spindle_pool_requested_slice_ns(const spindle_pool *pool) {
-    /* Plain field: written once at creation, before the pool is handed out. */
+    /* Plain field: written once at creation, before the pool is handed out. Relaxed:
+     * the flag is a report, ordered for its reader by create's wait for the workers. */
+    if (atomic_load_explicit(&((spindle_pool *)pool)->slice_not_asked, memory_order_relaxed)) return 0;
     return pool->requested_slice_ns;
 }

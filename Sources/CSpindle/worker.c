@@ -300,7 +300,13 @@ static void apply_priority(spindle_worker *w) {
     if (pool->requested_nice != SPINDLE_NICE_INHERIT &&
         setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0)
         spindle_report_first_error(&pool->nice_error, errno);
-    if (pool->requested_slice_ns) {
+    /* A custom slice is a fair-class setting: a worker left under a real-time policy
+     * (a process started with `chrt -f` or `-r`, whose policy the workers inherit) has
+     * none to set, and asks for none — which is not an error. */
+    int current = sched_getscheduler(0);
+    bool fair = current != SCHED_FIFO && current != SCHED_RR;
+    if (!fair) atomic_store_explicit(&pool->slice_not_asked, true, memory_order_relaxed);
+    if (pool->requested_slice_ns && fair) {
         int err = spindle_thread_request_slice(pool->requested_slice_ns);
         if (err) spindle_report_first_error(&pool->slice_error, err);
     }

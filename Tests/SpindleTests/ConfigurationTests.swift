@@ -124,3 +124,41 @@ final class PlacementTests: XCTestCase {
         XCTAssertThrowsError(try ThreadPool(configuration: offline))
     }
 }
+
+/// What a pool says when it could not do what it was asked.
+final class ReportTests: XCTestCase {
+    func testPinningAskedOfAnUnreadableTopologyIsReported() throws {
+        setenv("SPINDLE_SYSFS_ROOT", "/no/such/sysfs/tree", 1)
+        defer { unsetenv("SPINDLE_SYSFS_ROOT") }
+        var config = ThreadPool.Configuration(workers: 2)
+        config.pinning = .core
+        let pool = try ThreadPool(configuration: config)
+        defer { try? pool.shutdown() }
+        XCTAssertEqual(pool.pinningError, ENOENT, "the workers are unpinned, and the pool should say why")
+        var unpinned = ThreadPool.Configuration(workers: 2)
+        unpinned.pinning = .none
+        let quiet = try ThreadPool(configuration: unpinned)
+        defer { try? quiet.shutdown() }
+        XCTAssertNil(quiet.pinningError, "no pinning was asked for")
+    }
+
+    /// Under a real-time policy (the process started with `chrt -f`), workers have no time
+    /// slice to ask for: nothing is requested and nothing reported as refused.
+    func testARealTimeProcessAsksForNoSliceAndReportsNoError() throws {
+        if ProcessInfo.processInfo.environment["SPINDLE_SLICE_PROBE"] != nil {
+            let pool = try ThreadPool(workers: 1)
+            let requested = pool.requestedTimeSlice.map { "\($0)" } ?? "nil"
+            print("SLICE requested=\(requested) error=\(pool.timeSliceError ?? 0)")
+            try pool.shutdown()
+            return
+        }
+        guard getuid() == 0 else { throw XCTSkip("needs root for a real-time policy") }
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/chrt") else { throw XCTSkip("no chrt") }
+        let (status, text) = try runChild(
+            "/usr/bin/chrt", ["-f", "1", CommandLine.arguments[0],
+                              "SpindleTests.ReportTests/testARealTimeProcessAsksForNoSliceAndReportsNoError"],
+            environment: ["SPINDLE_SLICE_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
+        XCTAssertEqual(status, 0, text)
+        XCTAssertTrue(text.contains("SLICE requested=nil error=0"), text)
+    }
+}
