@@ -361,6 +361,8 @@ int spindle_spawn_workers(spindle_pool *pool, uint32_t *started);
  * Returns 0 or ENOMEM; a failed pthread_create is handled by the spawner (the slot is
  * given back: spindle_spare_start_failed). */
 int spindle_spawn_spare(spindle_pool *pool, spindle_worker *w);
+/* False when a test's thread limit forbids the next worker (spindle_test_limit_threads). */
+bool spindle_test_thread_allowed(uint32_t started);
 void spindle_spare_start_failed(spindle_pool *pool, spindle_worker *w);
 /* Local push from worker `w`, then wake a sleeper if the pool needs one. */
 void spindle_worker_push(spindle_worker *w, spindle_task *t);

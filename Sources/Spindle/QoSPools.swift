@@ -130,6 +130,47 @@ enum QoSPools {
     }
 
     /// The already-created class pool whose engine is `raw`, if any (creates nothing).
+    /// A process-wide pool from `config`, with as many of its workers as the system
+    /// allows: under a thread limit (RLIMIT_NPROC, a container's pids.max, memory for
+    /// stacks) it halves the count until it starts, and says so once. Nil when not even
+    /// one worker starts.
+    static func makeProcessWide(_ config: ThreadPool.Configuration, label: String) -> ThreadPool? {
+        var c = config
+        var wanted: Int? = nil
+        while true {
+            do {
+                let pool = try ThreadPool(configuration: c, processWide: true)
+                if let wanted {
+                    report("spindle: the \(label) class runs \(pool.workerCount) of \(wanted) workers: the system refused more threads\n")
+                }
+                return pool
+            } catch ThreadPool.Error.systemError(let e) where e == EAGAIN || e == ENOMEM || e == EPERM {
+                let had = c.workers ?? Int(spindle_usable_cpu_count())
+                if wanted == nil { wanted = had }
+                if had <= 1 { return nil }
+                c.workers = had / 2
+                c.plan = nil
+            } catch {
+                return nil
+            }
+        }
+    }
+
+    /// The default class's pool, made to carry another class's work when that class
+    /// gets no threads; nil if it cannot be made either. Called under the pools' lock.
+    private static func makeDefaultForFallback() -> ThreadPool? {
+        var c = ThreadPool.Configuration()
+        c.nice = nice(for: .default)
+        return makeProcessWide(c, label: "default")
+    }
+
+    /// Says `line` on stderr (once per distinct line).
+    private static let said = Mutex<Set<String>>([])
+    static func report(_ line: String) {
+        guard said.locked({ $0.insert(line).inserted }) else { return }
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
     static func existing(_ raw: OpaquePointer) -> ThreadPool? {
         pools.locked { p in p.values.first { $0.raw == raw } }
     }
@@ -182,9 +223,21 @@ enum QoSPools {
             c.policy = qos == .background ? .idle : qos == .utility ? .batch : .normal
             c.name = name(for: qos)
             if qos == .userInteractive { c.pinning = .core }
+            // A class the system will not give threads to runs its work on a pool that
+            // exists (the default class's, or any other), rather than stop the process.
             let made: ThreadPool
-            do { made = try ThreadPool(configuration: c, processWide: true) } catch {
-                fatalError("Spindle could not start the worker set for \(qos): \(error)")
+            let defaultKey = Int(nice(for: .default)) + 64 * forkGeneration.load(ordering: .relaxed)
+            if let own = makeProcessWide(c, label: "\(qos)") {
+                made = own
+            } else if !isDefault, let fallback = p[defaultKey] ?? makeDefaultForFallback() {
+                p[defaultKey] = fallback
+                report("spindle: the \(qos) class has no threads of its own (the system refused them); its work runs on the default class's workers\n")
+                made = fallback
+            } else if let any = p.values.first(where: { $0.isProcessWide }) {
+                report("spindle: the \(qos) class has no threads of its own (the system refused them); its work runs on another class's workers\n")
+                made = any
+            } else {
+                fatalError("Spindle could not start any worker thread for its process-wide pools (\(qos)): the system refuses new threads")
             }
             if isDefault {
                 sharedObject.store(UInt(bitPattern: Unmanaged.passUnretained(made).toOpaque()), ordering: .releasing)

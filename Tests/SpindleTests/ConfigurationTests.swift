@@ -162,3 +162,29 @@ final class ReportTests: XCTestCase {
         XCTAssertTrue(text.contains("SLICE requested=nil error=0"), text)
     }
 }
+
+/// Process-wide pools under a thread limit degrade instead of stopping the process.
+final class ThreadLimitTests: XCTestCase {
+    override func tearDown() { spindle_test_limit_threads(-1) }
+
+    func testAProcessWidePoolRunsWithTheThreadsTheSystemAllows() throws {
+        var config = ThreadPool.Configuration(workers: 4)
+        config.name = "spindle-lim"
+        spindle_test_limit_threads(1)
+        let pool = try XCTUnwrap(QoSPools.makeProcessWide(config, label: "test"))
+        spindle_test_limit_threads(-1)
+        _ = Unmanaged.passRetained(pool) // process-wide: lives as long as the process
+        XCTAssertEqual(pool.workerCount, 1)
+        XCTAssertEqual(pool.run { 42 }, 42)
+        let ran = Counter()
+        for _ in 0..<100 { try pool.submit { ran.increment() } }
+        XCTAssertTrue(eventually { ran.value == 100 })
+    }
+
+    func testNoThreadAtAllIsReportedNotTrapped() {
+        var config = ThreadPool.Configuration(workers: 2)
+        config.name = "spindle-lim0"
+        spindle_test_limit_threads(0)
+        XCTAssertNil(QoSPools.makeProcessWide(config, label: "test"))
+    }
+}

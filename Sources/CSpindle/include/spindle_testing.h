@@ -50,6 +50,10 @@ int spindle_test_pool_in_forked_child(uint32_t timeout_ms);
  *  test see how Spindle behaves on a machine without libnuma. */
 int spindle_test_numa_reload(const char *soname);
 
+/** From now on, a pool's creation starts at most `limit` workers; starting more fails
+ *  with EAGAIN, as under a thread limit. -1 lifts the limit. Tests only. */
+void spindle_test_limit_threads(int32_t limit);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */
