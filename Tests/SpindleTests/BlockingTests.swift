@@ -245,6 +245,8 @@ final class BlockingTests: XCTestCase {
         let pool = try ThreadPool(workers: 2)
         defer { try? pool.shutdown() }
         XCTAssertEqual(pool.run { fib(pool, 20) }, 6765)
-        XCTAssertEqual(pool.spareWorkerCount, 0, "join waits started spares")
+        // (Under ThreadSanitizer a worker can block on the sanitizer's own locks for
+        // long enough that the monitor rightly compensates it.)
+        if !Stress.isTSan { XCTAssertEqual(pool.spareWorkerCount, 0, "join waits started spares") }
     }
 }
