@@ -23,7 +23,7 @@
  *       its CAS either wins the CAS (then nobody overwrote slot t: that needs top > t)
  *       or loses it and discards what it read.
  *
- * Bounded ring, not a growable buffer (the choice the issue asks us to argue)
+ * Bounded ring, not a growable buffer (a choice worth arguing)
  *   Chase–Lev's original deque grows by copying into a bigger array, and the old array
  *   can be freed only once no thief can still be reading it: that needs safe memory
  *   reclamation (epochs in crossbeam, hazard pointers, or never freeing). A full deque

@@ -354,6 +354,9 @@ void spindle_monitor_unregister(spindle_pool *pool);
 void spindle_monitor_poke(void);
 
 /* spawn.c */
+/* Starts a detached thread of the engine's own (the spawner, the monitor) running
+ * `main_fn`, with a small stack and every signal blocked. 0 or pthread_create's error. */
+int spindle_start_service_thread(void *(*main_fn)(void *));
 /* Starts the pool's workers on the process's spawner thread, in worker order. Returns
  * 0, or the first pthread_create error with *started threads running. */
 int spindle_spawn_workers(spindle_pool *pool, uint32_t *started);

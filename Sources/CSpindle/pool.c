@@ -62,7 +62,7 @@
  *     herd; signal cannot target the worker whose join frame was finished.
  *   - Growable deques: need safe memory reclamation; see deque.c.
  *   - Spinning without a bound (busy pools): burns the CPU the service's event loop
- *     needs; the issue's budget is < 1 ms of CPU per idle second.
+ *     needs; an idle pool must burn under 1 ms of CPU per second.
  *
  * Shutdown protocol
  * =================

@@ -392,22 +392,9 @@ void spindle_monitor_register(spindle_pool *pool) {
     pool->monitor_next = mon_pools;
     mon_pools = pool;
     if (!mon_atfork && pthread_atfork(NULL, NULL, monitor_reset_in_child) == 0) mon_atfork = true;
-    if (!mon_running) {
-        pthread_attr_t attr;
-        if (pthread_attr_init(&attr) == 0) {
-            pthread_attr_setstacksize(&attr, 256 * 1024);
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            /* Every signal blocked, as the spawner's (spawn.c): a process that directs a
-             * signal to one thread must not find it delivered here. */
-            sigset_t all, mine;
-            sigfillset(&all);
-            pthread_sigmask(SIG_SETMASK, &all, &mine);
-            pthread_t t;
-            if (pthread_create(&t, &attr, monitor_main, NULL) == 0) mon_running = true;
-            pthread_sigmask(SIG_SETMASK, &mine, NULL);
-            pthread_attr_destroy(&attr);
-        }
-    }
+    /* Every signal blocked, as the spawner's: a process that directs a signal to one
+     * thread must not find it delivered here. */
+    if (!mon_running && spindle_start_service_thread(monitor_main) == 0) mon_running = true;
     pthread_mutex_unlock(&mon_lock);
     spindle_monitor_poke(); /* its workers start unparked */
 }

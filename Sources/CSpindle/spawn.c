@@ -242,22 +242,38 @@ static int start_spawner_locked(void) {
         if (rc) return rc;
         atfork_registered = true;
     }
+    int rc = spindle_start_service_thread(spawner_main);
+    if (rc) return rc;
+    running = true;
+    return 0;
+}
+
+int spindle_start_service_thread(void *(*main_fn)(void *)) {
     pthread_attr_t attr;
     int rc = pthread_attr_init(&attr);
     if (rc) return rc;
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    /* The spawner starts with every signal blocked: block them here around its
-     * creation (a thread inherits the mask), then restore ours. */
+    /* Every signal blocked: block them here around its creation (a thread inherits the
+     * mask), then restore ours. */
     sigset_t all, mine;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &mine);
     pthread_t t;
-    rc = pthread_create(&t, &attr, spawner_main, NULL);
+    rc = pthread_create(&t, &attr, main_fn, NULL);
     pthread_sigmask(SIG_SETMASK, &mine, NULL);
     pthread_attr_destroy(&attr);
+    return rc;
+}
+
+/* Queues `r` for the spawner, starting it if needed. Called with `lock` held. */
+static int enqueue_locked(spawn_request *r) {
+    int rc = start_spawner_locked();
     if (rc) return rc;
-    running = true;
+    spawn_request **tail = &pending;
+    while (*tail) tail = &(*tail)->next;
+    *tail = r;
+    pthread_cond_signal(&wake);
     return 0;
 }
 
@@ -270,13 +286,7 @@ int spindle_spawn_spare(spindle_pool *pool, spindle_worker *w) {
     r->affinity_size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
     pthread_sigmask(SIG_SETMASK, NULL, &r->sigmask);
     pthread_mutex_lock(&lock);
-    int rc = start_spawner_locked();
-    if (rc == 0) {
-        spawn_request **tail = &pending;
-        while (*tail) tail = &(*tail)->next;
-        *tail = r;
-        pthread_cond_signal(&wake);
-    }
+    int rc = enqueue_locked(r);
     pthread_mutex_unlock(&lock);
     if (rc) free(r);
     return rc;
@@ -287,12 +297,8 @@ int spindle_spawn_workers(spindle_pool *pool, uint32_t *started) {
                        .affinity_size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS)};
     pthread_sigmask(SIG_SETMASK, NULL, &r.sigmask);
     pthread_mutex_lock(&lock);
-    int rc = start_spawner_locked();
+    int rc = enqueue_locked(&r);
     if (rc == 0) {
-        spawn_request **tail = &pending;
-        while (*tail) tail = &(*tail)->next;
-        *tail = &r;
-        pthread_cond_signal(&wake);
         while (!r.done) pthread_cond_wait(&answered, &lock);
         rc = r.rc;
         /* A pool that inherits the baseline inherits the spawner's failure to reach it. */

@@ -3,7 +3,7 @@ import XCTest
 
 @testable import Spindle
 
-// The examples of Apple's "Operation Queues" chapter (shared/seeds), ported to Swift and
+// The examples of Apple's "Operation Queues" chapter (Concurrency Programming Guide), ported to Swift and
 // run against Spindle's Operation / OperationQueue.
 
 /// Listings 2-3 and 2-4: a non-concurrent operation that checks for cancellation on
