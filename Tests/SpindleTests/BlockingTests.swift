@@ -10,17 +10,6 @@ import XCTest
 /// pool deadlocks on work queued behind its blocked workers, and a queue's width means
 /// that many operations at once.
 final class BlockingTests: XCTestCase {
-    /// Runs `body` on another thread and waits at most `seconds` for it: a deadlock
-    /// fails the test instead of hanging the suite.
-    func completes(within seconds: Double = 20, _ body: @escaping @Sendable () -> Void) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            body()
-            done.signal()
-        }
-        return done.wait(timeout: .now() + seconds) == .success
-    }
-
     // MARK: waits block, and nothing runs nested on the waiting thread
 
     func testAnOperationWaitingWhileHoldingAPlainLockNeverDeadlocksOnOneThatTakesIt() {

@@ -11,24 +11,14 @@ final class FoundationFidelityTests: XCTestCase {
     /// Waits for `op` on another thread, so that an operation that never finishes fails
     /// the test instead of hanging the suite.
     func finishes(_ op: Operation, within seconds: Double = 10) -> Bool {
-        let done = DispatchSemaphore(value: 0)
         let box = UncheckedBox(op)
-        Thread.detachNewThread {
-            box.value.waitUntilFinished()
-            done.signal()
-        }
-        return done.wait(timeout: .now() + seconds) == .success
+        return completes(within: seconds) { box.value.waitUntilFinished() }
     }
 
     /// The same for a whole queue.
     func drains(_ q: OperationQueue, within seconds: Double = 10) -> Bool {
-        let done = DispatchSemaphore(value: 0)
         let box = UncheckedBox(q)
-        Thread.detachNewThread {
-            box.value.waitUntilAllOperationsAreFinished()
-            done.signal()
-        }
-        return done.wait(timeout: .now() + seconds) == .success
+        return completes(within: seconds) { box.value.waitUntilAllOperationsAreFinished() }
     }
 
     func logging(_ log: Log, _ name: String, hold: UInt32 = 0) -> BlockOperation {

@@ -107,3 +107,14 @@ func eventually(within seconds: Double = 10, _ condition: () -> Bool) -> Bool {
     }
     return true
 }
+
+/// Runs `body` on another thread and waits at most `seconds` for it: a deadlock fails
+/// the test instead of hanging the suite.
+func completes(within seconds: Double = 20, _ body: @escaping @Sendable () -> Void) -> Bool {
+    let done = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+        body()
+        done.signal()
+    }
+    return done.wait(timeout: .now() + seconds) == .success
+}
