@@ -334,7 +334,11 @@ int spindle_topology_load(const char *root, const char *cpu_list, spindle_topolo
     int rc = 0;
     /* The mask: an explicit list, or the process affinity. */
     if (cpu_list) {
-        if (parse_list(cpu_list, usable) != 0) rc = EINVAL;
+        if (parse_list(cpu_list, usable) != 0) {
+            snprintf(load_error, sizeof load_error,
+                     "malformed, or names a CPU at or above %d (the most Spindle handles)", SPINDLE_MAX_CPUS);
+            rc = EINVAL;
+        }
     } else {
         cpu_set_t *set = spindle_creator_affinity();
         if (!set) {
@@ -538,10 +542,16 @@ uint32_t spindle_topology_node_cpus(const spindle_topology *t, uint32_t i, int32
 
 bool spindle_topology_node_has_memory(const spindle_topology *t, uint32_t i) { return t->nodes[i].has_memory; }
 
+/* The CPU `id`, by binary search: `t->cpus` is in ascending id order (load fills it
+ * from the mask, lowest CPU first). */
 static const spindle_cpu_info *cpu_info(const spindle_topology *t, int32_t id) {
-    for (uint32_t k = 0; k < t->ncpus; k++)
-        if (t->cpus[k].id == id) return &t->cpus[k];
-    return NULL;
+    uint32_t lo = 0, hi = t->ncpus;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->cpus[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < t->ncpus && t->cpus[lo].id == id ? &t->cpus[lo] : NULL;
 }
 
 /* ---- planning ---------------------------------------------------------------------- */
@@ -647,31 +657,57 @@ int spindle_plan_create(const spindle_topology *t, uint32_t workers, spindle_pin
         }
         free(order);
     }
-    /* P3: steal tiers. */
+    /* P3: steal tiers. Workers were placed node by node (P2), so each node's workers
+     * are one range of indices: a worker's own-node tiers look only at its range, and
+     * each other node is added as its range. With each worker's CPU looked up once,
+     * planning is linear in the size of the steal orders it writes. */
+    uint32_t first[1024], count[1024]; /* by position in `use` */
+    const spindle_cpu_info **infos = malloc(sizeof *infos * (w ? w : 1));
+    if (!infos) {
+        spindle_plan_free(p);
+        return ENOMEM;
+    }
+    for (uint32_t j = 0, at = 0; j < nuse; j++) {
+        first[j] = at;
+        count[j] = quota[j];
+        at += quota[j];
+    }
+    uint32_t *pos_of = calloc(t->nnodes ? t->nnodes : 1, sizeof(uint32_t)); /* node index -> j */
+    if (!pos_of) {
+        free(infos);
+        spindle_plan_free(p);
+        return ENOMEM;
+    }
+    for (uint32_t j = 0; j < nuse; j++) pos_of[use[j]] = j;
+    for (uint32_t b = 0; b < w; b++)
+        infos[b] = p->workers[b].home_cpu >= 0 ? cpu_info(t, p->workers[b].home_cpu) : NULL;
     for (uint32_t a = 0; a < w; a++) {
         plan_worker *me = &p->workers[a];
         me->steal = malloc(sizeof(uint32_t) * (w ? w : 1));
         me->tier_start = malloc(sizeof(uint32_t) * (w + nuse + 4));
         if (!me->steal || !me->tier_start) {
+            free(infos);
+            free(pos_of);
             spindle_plan_free(p);
             return ENOMEM;
         }
         bool *placed = calloc(w, sizeof(bool));
         if (!placed) {
+            free(infos);
+            free(pos_of);
             spindle_plan_free(p);
             return ENOMEM;
         }
         placed[a] = true;
-        const spindle_cpu_info *mine = me->home_cpu >= 0 ? cpu_info(t, me->home_cpu) : NULL;
+        const spindle_cpu_info *mine = infos[a];
+        uint32_t own = pos_of[me->node_index];
         /* Tier predicates, nearest first; a tier with no members is skipped. */
         for (int tier = 0; tier < 3; tier++) {
             if (!mine && tier < 2) continue;
             uint32_t start = me->nsteal;
-            for (uint32_t b = 0; b < w; b++) {
+            for (uint32_t b = first[own]; b < first[own] + count[own]; b++) {
                 if (placed[b]) continue;
-                plan_worker *o = &p->workers[b];
-                if (o->node != me->node) continue;
-                const spindle_cpu_info *theirs = o->home_cpu >= 0 ? cpu_info(t, o->home_cpu) : NULL;
+                const spindle_cpu_info *theirs = infos[b];
                 bool in = tier == 2 ||
                           (tier == 0 && theirs && theirs->smt_group == mine->smt_group) ||
                           (tier == 1 && theirs && mine->l3_group >= 0 && theirs->l3_group == mine->l3_group);
@@ -685,6 +721,8 @@ int spindle_plan_create(const spindle_topology *t, uint32_t workers, spindle_pin
         bool *node_done = calloc(t->nnodes, sizeof(bool));
         if (!node_done) {
             free(placed);
+            free(infos);
+            free(pos_of);
             spindle_plan_free(p);
             return ENOMEM;
         }
@@ -702,8 +740,9 @@ int spindle_plan_create(const spindle_topology *t, uint32_t workers, spindle_pin
             if (best < 0) break;
             node_done[best] = true;
             uint32_t start = me->nsteal;
-            for (uint32_t b = 0; b < w; b++) {
-                if (placed[b] || p->workers[b].node_index != (uint32_t)best) continue;
+            uint32_t j = pos_of[best];
+            for (uint32_t b = first[j]; b < first[j] + count[j]; b++) {
+                if (placed[b]) continue;
                 me->steal[me->nsteal++] = b;
                 placed[b] = true;
             }
@@ -713,6 +752,8 @@ int spindle_plan_create(const spindle_topology *t, uint32_t workers, spindle_pin
         free(node_done);
         free(placed);
     }
+    free(infos);
+    free(pos_of);
     *out = p;
     return 0;
 }

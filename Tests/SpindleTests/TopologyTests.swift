@@ -275,3 +275,13 @@ final class TopologyErrorTests: XCTestCase {
         }
     }
 }
+
+/// Planning is fast at scale, and the CPU limit is named.
+final class PlanningScaleTests: XCTestCase {
+    func testACPUListBeyondTheEngineLimitNamesIt() {
+        XCTAssertThrowsError(try Topology.load(cpus: "0-9000")) { error in
+            guard case Topology.Error.invalidCPUList(let why) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(why.contains("8192"), why)
+        }
+    }
+}
