@@ -355,7 +355,8 @@ void spindle_monitor_poke(void);
 
 /* spawn.c */
 /* Starts a detached thread of the engine's own (the spawner, the monitor) running
- * `main_fn`, with a small stack and every signal blocked. 0 or pthread_create's error. */
+ * `main_fn`, with a small stack and signals blocked but for the synchronous faults and
+ * SIGPROF (spawn.c). 0 or pthread_create's error. */
 int spindle_start_service_thread(void *(*main_fn)(void *));
 /* Starts the pool's workers on the process's spawner thread, in worker order. Returns
  * 0, or the first pthread_create error with *started threads running. */

@@ -31,7 +31,8 @@
  * the creator is itself a pinned worker: topology.c, "Whose CPUs") and the creator's
  * signal mask (a service that blocks SIGTERM in every thread but one that sigwait()s
  * for it must not find it delivered to a worker). Each request carries both. The
- * spawner itself blocks every signal, for the same reason; it takes the requester's
+ * spawner itself blocks signals, for the same reason (all but the synchronous faults and
+ * SIGPROF, which a crash's backtrace needs: spindle_start_service_thread); it takes the requester's
  * signal mask only while it starts that requester's threads, so what it could receive
  * then is what the requester could.
  *
@@ -161,9 +162,8 @@ static int start_workers(const spawn_request *r, uint32_t *started) {
     if (rc) return rc;
     bool masked =
         r->affinity && pthread_attr_setaffinity_np(&attr, r->affinity_size, r->affinity) == 0;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &r->sigmask, NULL); /* new threads inherit it */
+    sigset_t own; /* the spawner's own mask, restored after */
+    pthread_sigmask(SIG_SETMASK, &r->sigmask, &own); /* new threads inherit it */
     while (*started < r->pool->nworkers) {
         spindle_worker *w = r->pool->workers[*started];
         rc = spindle_test_thread_allowed(*started) ? pthread_create(&w->thread, &attr, spindle_worker_main, w) : EAGAIN;
@@ -176,7 +176,7 @@ static int start_workers(const spawn_request *r, uint32_t *started) {
         if (rc) break;
         (*started)++;
     }
-    pthread_sigmask(SIG_SETMASK, &all, NULL);
+    pthread_sigmask(SIG_SETMASK, &own, NULL);
     pthread_attr_destroy(&attr);
     return rc;
 }
@@ -190,9 +190,8 @@ static void start_spare(const spawn_request *r) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         bool masked =
             r->affinity && pthread_attr_setaffinity_np(&attr, r->affinity_size, r->affinity) == 0;
-        sigset_t all;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &r->sigmask, NULL);
+        sigset_t own;
+        pthread_sigmask(SIG_SETMASK, &r->sigmask, &own);
         rc = pthread_create(&r->spare->thread, &attr, spindle_worker_main, r->spare);
         if (rc == EINVAL && masked) {
             pthread_attr_destroy(&attr);
@@ -200,7 +199,7 @@ static void start_spare(const spawn_request *r) {
             pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
             rc = pthread_create(&r->spare->thread, &attr, spindle_worker_main, r->spare);
         }
-        pthread_sigmask(SIG_SETMASK, &all, NULL);
+        pthread_sigmask(SIG_SETMASK, &own, NULL);
         pthread_attr_destroy(&attr);
     }
     if (rc) spindle_spare_start_failed(r->pool, r->spare);
@@ -254,10 +253,16 @@ int spindle_start_service_thread(void *(*main_fn)(void *)) {
     if (rc) return rc;
     pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    /* Every signal blocked: block them here around its creation (a thread inherits the
-     * mask), then restore ours. */
+    /* Signals blocked, around its creation (a thread inherits the mask), then ours
+     * restored: a process that directs a signal to one thread (sigwait on SIGTERM, say)
+     * must not find it delivered here. Left open: the synchronous faults, so that a
+     * crash here reaches the crash handler, and SIGPROF, one of the signals Swift's
+     * crash handler suspends threads with (SIGUSR1, SIGUSR2, SIGPROF: the first one a
+     * thread does not block), so that a crash's backtrace includes these threads. */
     sigset_t all, mine;
     sigfillset(&all);
+    static const int open_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGABRT, SIGPROF};
+    for (size_t k = 0; k < sizeof open_signals / sizeof open_signals[0]; k++) sigdelset(&all, open_signals[k]);
     pthread_sigmask(SIG_SETMASK, &all, &mine);
     pthread_t t;
     rc = pthread_create(&t, &attr, main_fn, NULL);

@@ -188,3 +188,27 @@ final class ThreadLimitTests: XCTestCase {
         XCTAssertNil(QoSPools.makeProcessWide(config, label: "test"))
     }
 }
+
+/// Spindle's own threads leave open what a crash's backtrace needs.
+final class SignalMaskTests: XCTestCase {
+    /// The SigBlk mask of thread `tid`, from /proc.
+    func blocked(_ tid: String) -> UInt64? {
+        guard let status = try? String(contentsOfFile: "/proc/self/task/\(tid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigBlk:") }) else { return nil }
+        return UInt64(line.dropFirst("SigBlk:".count).trimmingCharacters(in: .whitespaces), radix: 16)
+    }
+
+    func testTheSpawnerAndMonitorLeaveSIGPROFAndFaultsOpen() throws {
+        let pool = try ThreadPool(workers: 1) // the spawner and the monitor exist now
+        defer { try? pool.shutdown() }
+        let ours = threads().filter { $0.name == "spindle-spawn" || $0.name == "spindle-monitor" }
+        XCTAssertEqual(Set(ours.map(\.name)), ["spindle-spawn", "spindle-monitor"])
+        for thread in ours {
+            let mask = try XCTUnwrap(blocked(thread.tid), thread.name)
+            for sig in [SIGPROF, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGABRT] {
+                XCTAssertEqual(mask & (1 << UInt64(sig - 1)), 0, "\(thread.name) blocks signal \(sig)")
+            }
+            XCTAssertNotEqual(mask & (1 << UInt64(SIGTERM - 1)), 0, "\(thread.name) should block SIGTERM")
+        }
+    }
+}
