@@ -43,6 +43,28 @@ final class QoSTests: XCTestCase {
         }
     }
 
+    /// Runs the probe of ``testUnprivilegedProcessFallsBackForNegativeNice`` in a child
+    /// process as `nobody` (with `setpriv`), under `nice -n` when `nice` is given: its
+    /// output, its line for each class, and the refusal reports it printed.
+    func probeAsNobody(nice: Int? = nil) throws
+        -> (text: String, line: (QualityOfService) -> String?, refusals: [String]) {
+        guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+              nice == nil || FileManager.default.isExecutableFile(atPath: "/usr/bin/nice") else {
+            throw XCTSkip("no setpriv or nice")
+        }
+        let setpriv = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                       CommandLine.arguments[0], "SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice"]
+        let command = nice.map { ["/usr/bin/nice", "-n", "\($0)"] + setpriv } ?? setpriv
+        let (status, text) = try runChild(
+            command[0], Array(command.dropFirst()),
+            environment: ["SPINDLE_QOS_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
+        XCTAssertEqual(status, 0, text)
+        let lines = text.split(separator: "\n").map(String.init)
+        return (text, { qos in lines.first { $0.hasPrefix("QOS \(qos.rawValue) ") } },
+                lines.filter { $0.contains("was refused") })
+    }
+
     /// The same, as an unprivileged user: a child process run with `setpriv` as nobody.
     func testUnprivilegedProcessFallsBackForNegativeNice() throws {
         if ProcessInfo.processInfo.environment["SPINDLE_QOS_PROBE"] != nil {
@@ -53,17 +75,8 @@ final class QoSTests: XCTestCase {
             }
             return
         }
-        guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { throw XCTSkip("no setpriv") }
-        let (status, text) = try runChild(
-            "/usr/bin/setpriv",
-            ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CommandLine.arguments[0],
-             "SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice"],
-            environment: ["SPINDLE_QOS_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
-        XCTAssertEqual(status, 0, text)
-        func line(_ qos: QualityOfService) -> String? {
-            text.split(separator: "\n").first { $0.hasPrefix("QOS \(qos.rawValue) ") }.map(String.init)
-        }
+        let probe = try probeAsNobody()
+        let (text, line, said) = (probe.text, probe.line, probe.refusals)
         // Negative classes: refused with EACCES, running at the inherited nice (0).
         XCTAssertEqual(line(.userInteractive), "QOS \(QualityOfService.userInteractive.rawValue) seen=0 effective=0 error=\(EACCES)", text)
         XCTAssertEqual(line(.userInitiated), "QOS \(QualityOfService.userInitiated.rawValue) seen=0 effective=0 error=\(EACCES)", text)
@@ -71,7 +84,6 @@ final class QoSTests: XCTestCase {
         XCTAssertEqual(line(.utility), "QOS \(QualityOfService.utility.rawValue) seen=2 effective=2 error=0", text)
         XCTAssertEqual(line(.background), "QOS \(QualityOfService.background.rawValue) seen=10 effective=10 error=0", text)
         // Said once, on stderr, for the first class refused.
-        let said = text.split(separator: "\n").filter { $0.contains("was refused") }
         XCTAssertEqual(said.count, 1, text)
         XCTAssertTrue(said.first?.hasPrefix("spindle: nice -4 for spindle-ui workers (userInteractive) was refused (EACCES") ?? false, text)
         XCTAssertTrue(said.first?.hasSuffix("the classes run at nice: userInteractive 0, userInitiated 0, default 0, utility 2, background 10") ?? false, text)
@@ -80,25 +92,17 @@ final class QoSTests: XCTestCase {
     /// A process started with `nice -n 15`, unprivileged: the classes keep their order
     /// around 15 (those below it refused), and the report says what each runs at.
     func testUnprivilegedNicedProcessKeepsItsClassesApart() throws {
-        guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
-              FileManager.default.isExecutableFile(atPath: "/usr/bin/nice") else { throw XCTSkip("no setpriv or nice") }
-        let (status, text) = try runChild(
-            "/usr/bin/nice",
-            ["-n", "15", "/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-             CommandLine.arguments[0], "SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice"],
-            environment: ["SPINDLE_QOS_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
-        XCTAssertEqual(status, 0, text)
+        let probe = try probeAsNobody(nice: 15)
+        let text = probe.text
         func seen(_ qos: QualityOfService) -> String? {
-            text.split(separator: "\n").first { $0.hasPrefix("QOS \(qos.rawValue) ") }
-                .flatMap { $0.split(separator: " ").first { $0.hasPrefix("seen=") } }.map(String.init)
+            probe.line(qos).flatMap { $0.split(separator: " ").first { $0.hasPrefix("seen=") } }.map(String.init)
         }
         XCTAssertEqual(seen(.userInteractive), "seen=15", text)
         XCTAssertEqual(seen(.userInitiated), "seen=15", text)
         XCTAssertEqual(seen(.default), "seen=15", text)
         XCTAssertEqual(seen(.utility), "seen=17", text)
         XCTAssertEqual(seen(.background), "seen=19", text)
-        let said = text.split(separator: "\n").filter { $0.contains("was refused") }
+        let said = probe.refusals
         XCTAssertEqual(said.count, 1, text)
         XCTAssertTrue(said.first?.hasSuffix("the classes run at nice: userInteractive 15, userInitiated 15, default 15, utility 17, background 19") ?? false, text)
     }
