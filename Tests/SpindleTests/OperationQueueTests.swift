@@ -383,16 +383,16 @@ final class OperationQueueTests: XCTestCase {
     }
 
     func testTheEngineTaskNodeIsTheFirstStoredPropertyOfAnOperation() {
-        // OpTask finds the node with _getUnsafePointerToStoredProperties and the operation
+        // ChainRunner finds the node with _getUnsafePointerToStoredProperties and the operation
         // from the node by subtracting the header: both must hold for every subclass.
         for op in [Operation(), BlockOperation {}, InvocationOperation({ (x: Int) in x }, argument: 1)] as [Operation] {
             let sentinel: spindle_task_fn = { _, _ in }
             op.engineTask.run = sentinel
-            let node = OpTask.node(of: op)
-            XCTAssertNotNil(node.pointee.run, "the node OpTask computes is not `engineTask`")
+            let node = TaskNode.node(of: op)
+            XCTAssertNotNil(node.pointee.run, "the node ChainRunner computes is not `engineTask`")
             node.pointee.run = nil
-            XCTAssertNil(op.engineTask.run, "the node OpTask computes is not `engineTask`")
-            XCTAssertTrue(OpTask.operation(of: node).takeUnretainedValue() === op, "the header size is wrong")
+            XCTAssertNil(op.engineTask.run, "the node ChainRunner computes is not `engineTask`")
+            XCTAssertTrue(TaskNode.operation(of: node).takeUnretainedValue() === op, "the header size is wrong")
         }
     }
 
@@ -463,12 +463,12 @@ final class OperationQueueTests: XCTestCase {
             let weak = Weak<Operation>()
             var state = OperationQueue.State(name: "drain-protocol")
             let u = Unmanaged<Operation>.passRetained(BlockOperation {}) // the list's reference
-            u._withUnsafeGuaranteedRef { op in
+            u.withGuaranteedReference { op in
                 weak.value = op
                 state.link(u, op)
-                op.queueStarted = true
+                op.queueSlot.started = true
             }
-            if runnerFirst { OpTask.runnerDone(u) }
+            if runnerFirst { ChainRunner.runnerDone(u) }
             var released: Unmanaged<Operation>? = nil
             state.unlinkAll(onto: &released)
             XCTAssertEqual(state.linked, 0)
@@ -480,7 +480,7 @@ final class OperationQueueTests: XCTestCase {
             } else {
                 XCTAssertNil(released, "the drain released an operation its runner still borrows")
                 XCTAssertNotNil(weak.value)
-                OpTask.runnerDone(u)
+                ChainRunner.runnerDone(u)
                 XCTAssertNil(weak.value, "the runner did not release the reference the drain left it")
             }
         }
@@ -489,10 +489,10 @@ final class OperationQueueTests: XCTestCase {
         var ops: [Unmanaged<Operation>] = []
         for _ in 0..<400 {
             let u = Unmanaged<Operation>.passRetained(BlockOperation {})
-            u._withUnsafeGuaranteedRef { op in
+            u.withGuaranteedReference { op in
                 state.link(u, op)
-                op.queueStarted = true
-                op.queueDone.store(true, ordering: .releasing)
+                op.queueSlot.started = true
+                op.queueSync.done.store(true, ordering: .releasing)
             }
             ops.append(u)
         }
@@ -500,7 +500,7 @@ final class OperationQueueTests: XCTestCase {
         state.prune(unfinished: 0, onto: &released)
         XCTAssertNil(released, "pruned operations whose runners still borrow them")
         XCTAssertEqual(state.linked, 400)
-        for u in ops { OpTask.runnerDone(u) }
+        for u in ops { ChainRunner.runnerDone(u) }
         state.prune(unfinished: 0, onto: &released)
         XCTAssertEqual(state.linked, 0, "finished operations whose runners are done stay linked")
         OperationQueue.release(released)
@@ -739,7 +739,7 @@ final class OperationQueueTests: XCTestCase {
     }
 
     func testASerialQueueRunsItsOperationsAsChainsOnOneWorker() {
-        // Each finish hands the next operation to the same worker (OpTask.runChain):
+        // Each finish hands the next operation to the same worker (ChainRunner.runChain):
         // far fewer pool tasks than operations. Without the slot every operation is
         // one task.
         let pool = ThreadPool.forQualityOfService(.default)

@@ -15,7 +15,7 @@ final class ThreadState {
     @exclusivity(unchecked) var currentOperation: Unmanaged<Operation>?
     /// The queue that started it (unretained, same reason).
     @exclusivity(unchecked) var currentQueue: Unmanaged<OperationQueue>?
-    /// The continuation slot (see `OpTask.runChain`): open while a pool worker is
+    /// The continuation slot (see `ChainRunner.runChain`): open while a pool worker is
     /// running operations from a task, and how many more it may run from the slot
     /// before it checks for other waiting work.
     @exclusivity(unchecked) var chainOpen = false
@@ -25,7 +25,7 @@ final class ThreadState {
     @exclusivity(unchecked) var finishing: Unmanaged<Operation>?
     /// An operation its queue has started (counted as running), for the chain runner
     /// to run next on this thread instead of submitting it to the pool. Unretained, as
-    /// a task is: the runner borrows the queue list's reference (`Operation.runState`).
+    /// a task is: the runner borrows the queue list's reference (`QueueSync.runState`).
     @exclusivity(unchecked) var chainNext: Unmanaged<Operation>?
     /// The queue and operation this thread is running, as one value.
     var runningContext: (queue: Unmanaged<OperationQueue>?, operation: Unmanaged<Operation>?) {

@@ -95,11 +95,3 @@ extension ThreadPool {
         return join({ () }, body).1
     }
 }
-
-/// `spindle_swift_fork_join` (Sources/CSpindle/join.c), which is written in C with
-/// Swift's calling convention: it receives each closure as its two words and calls them
-/// as Swift would. The declaration's parameter types are its contract; see the C side
-/// for why this is not a Swift function.
-@usableFromInline
-@_silgen_name("spindle_swift_fork_join")
-internal func _spindleSwiftForkJoin(_ pool: OpaquePointer, _ here: () -> Void, _ offered: () -> Void)

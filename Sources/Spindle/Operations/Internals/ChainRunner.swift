@@ -1,0 +1,163 @@
+import CSpindle
+import Synchronization
+
+// The runner: how an operation goes from the engine to `start()`, and on to the next.
+//
+// C1. A started operation is submitted to the pool of its class through the task node
+//     inside it (Runtime/UnsafeABI.swift): submitting allocates nothing. The task
+//     holds no reference: the runner borrows the one the queue's list holds, which the
+//     list does not release before the runner is done (`QueueSync.runState`).
+// C2. The runner makes the operation and its queue the thread's current ones, calls
+//     `start()`, and notices an unannounced finish when `start()` returns, as
+//     Foundation's queue does.
+// C3. When an operation finishes on a pool worker, the one its finish starts — the
+//     next of a serial queue, a dependent that became ready — takes this thread's
+//     continuation slot instead of a trip through the pool (`runChain`). Only one per
+//     finish, only for this worker's own pool, and only while the finish of the
+//     operation this runner is running is under way; every `chainLength` operations
+//     the runner yields if other work waits for its worker.
+// C4. The runner's last access to an operation is `runnerDone`; from there the queue's
+//     list may release it.
+
+/// The chain runner (C1-C4).
+enum ChainRunner {
+    /// The runner's last access to `op`, which it ran: from here the queue's list may
+    /// release it — or, if a drain has already unlinked it, the runner releases it.
+    @inline(__always)
+    static func runnerDone(_ op: Unmanaged<Operation>) {
+        // acq_rel: release orders the runner's accesses before whoever releases the
+        // operation; acquire, when the drain came first, orders its unlinking (its
+        // writes to the operation) before our release.
+        let before = op.withGuaranteedReference {
+            $0.queueSync.runState.bitwiseOr(QueueSync.runnerDone, ordering: .acquiringAndReleasing).oldValue
+        }
+        if before & QueueSync.listGone != 0 { op.release() }
+    }
+
+    /// How many operations a chain runner runs from the continuation slot between
+    /// checks for other work waiting for its worker (its deque, the injector): when
+    /// there is some, the next operation goes through the pool instead, behind it.
+    /// W1 in worker.c counts tasks, and a chain is one task.
+    static let chainLength = 32
+
+    /// Runs `first`, then whatever its finish hands to this thread's continuation slot,
+    /// and so on.
+    ///
+    /// When an operation finishes on a pool worker, the operation its finish starts —
+    /// the next one of a serial queue, a dependent that became ready — would otherwise
+    /// be submitted to this worker's deque, announced to sleeping workers, and popped
+    /// again, or stolen: then the queue's lock and counters move to another core for
+    /// one operation, and on a small machine the woken worker's search takes CPU from
+    /// the thread adding operations. A serial DispatchQueue drains on one thread too.
+    /// Only an operation for this worker's own pool takes the slot (the worker set of
+    /// its quality of service), only one per finish, and the slot is open only while
+    /// finishing the operation this runner is running — not while its `main()` runs, so
+    /// an operation that becomes ready then is not made to wait for it. Every
+    /// `chainLength` operations the runner yields if anything else waits.
+    static func runChain(_ first: Unmanaged<Operation>) {
+        let ts = ThreadState.unmanagedCurrent
+        // Saved and restored: a worker waiting inside an operation runs other tasks,
+        // and so other chains, nested in this one.
+        let saved = ts.withGuaranteedReference { ts in
+            defer { ts.chainOpen = true; ts.chainBudget = chainLength }
+            return (ts.chainOpen, ts.chainBudget)
+        }
+        var op = first
+        while true {
+            op.withGuaranteedReference { op in
+                op.ownerQueue.unsafelyUnwrapped.withGuaranteedReference { $0.run(op) }
+            }
+            runnerDone(op)
+            guard let next = ts.withGuaranteedReference({ ts -> Unmanaged<Operation>? in
+                defer { ts.chainNext = nil }
+                return ts.chainNext
+            }) else { break }
+            op = next
+        }
+        ts.withGuaranteedReference { ts in
+            ts.chainOpen = saved.0
+            ts.chainBudget = saved.1
+        }
+    }
+
+    /// Puts `op` in this thread's continuation slot if it is open and `pool` is this
+    /// worker's own pool (see `runChain`).
+    @inline(__always)
+    static func continueOnThisThread(_ op: Operation, pool: OpaquePointer) -> Bool {
+        // The pool check first: it is a plain thread-local read, and it turns away the
+        // thread adding operations (not a worker) before the pthread-key lookup of its
+        // ThreadState, on every add.
+        guard spindle_current_pool() == pool else { return false }
+        return ThreadState.unmanagedCurrent.withGuaranteedReference { ts in
+            guard ts.finishing != nil, ts.chainNext == nil else { return false }
+            if ts.chainBudget == 0 {
+                if spindle_current_worker_has_waiting_work() { return false }
+                ts.chainBudget = chainLength
+            }
+            ts.chainBudget -= 1
+            ts.chainNext = Unmanaged.passUnretained(op) // borrowed, as by a task
+            return true
+        }
+    }
+
+    static func submit(_ op: Operation, pool: OpaquePointer) {
+        if continueOnThisThread(op, pool: pool) { return }
+        // An operation starts once, so its node is submitted once.
+        let node = TaskNode.node(of: op)
+        node.pointee.run = { task, _ in
+            // A pool only cancels tasks when it is destroyed; the pools operations
+            // run on live for the whole process, so every task runs.
+            ChainRunner.runChain(TaskNode.operation(of: task.unsafelyUnwrapped))
+        }
+        let rc = spindle_submit_task(pool, node)
+        // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool), so this
+        // cannot fail short of a bug in the engine.
+        precondition(rc == 0, "Spindle: a process-wide pool refused an operation (engine bug, rc \(rc))")
+    }
+}
+
+extension OperationQueue {
+    /// Runs one operation on the current thread, as the queue's runner.
+    func run(_ op: Operation) {
+        let ts = ThreadState.unmanagedCurrent
+        let (savedQueue, savedOp) = ts.withGuaranteedReference { ts in
+            let saved = (ts.currentQueue, ts.currentOperation)
+            ts.currentQueue = Unmanaged.passUnretained(self)
+            ts.currentOperation = Unmanaged.passUnretained(op)
+            return saved
+        }
+        op.startedByQueue.store(true, ordering: .releasing)
+        if hasProgress.load(ordering: .relaxed) { op.queueSlot.reportsProgress = true }
+        op.start()
+        // A custom operation that became finished inside `start()` without announcing it
+        // is noticed here, as Foundation's queue notices it.
+        // (A plain operation has finished by now, so the first test ends it.)
+        if !op.finishHandled.load(ordering: .acquiring) && !op.isPlainClass && op.isFinished {
+            op.finishProtocol()
+        }
+        ts.withGuaranteedReference { ts in
+            ts.currentQueue = savedQueue
+            ts.currentOperation = savedOp
+        }
+    }
+
+    /// Runs `op`'s `main()` inside a progress of one unit, child of the queue's, when the
+    /// queue's progress has a total (see ``progress``).
+    func runReportingProgress(_ op: Operation) {
+        let parent = op is BarrierOperation ? nil : state.locked { $0.progress }
+        guard let parent, parent.totalUnitCount > 0 else {
+            op.main()
+            return
+        }
+        // Progress is not thread-safe on Linux: the tree's updates that Spindle makes
+        // are serialised by the queue's progress lock.
+        let child = progressLock.withLock { () -> Progress in
+            let child = Progress(totalUnitCount: 1)
+            parent.addChild(child, withPendingUnitCount: 1)
+            return child
+        }
+        child.becomeCurrent(withPendingUnitCount: 1)
+        op.main()
+        progressLock.withLock { child.resignCurrent() }
+    }
+}

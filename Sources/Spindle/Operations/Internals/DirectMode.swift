@@ -1,0 +1,112 @@
+import Dispatch
+import Synchronization
+
+// Direct mode, and where started operations go.
+//
+// A queue at the default width, not suspended, with no `addOperations` batch open and
+// no operation whose custom readiness must be asked again, is in direct mode:
+// D1. A ready operation is started as it is added, under the lock that registers it,
+//     when no ready operation waits ahead of it (the ready lists are empty).
+// D2. A finishing operation takes no lock: one CAS on `counts` (QueueLifetime.swift,
+//     L1), unless it is the last one unfinished or someone observes the queue.
+// D3. Out of direct mode, `scheduledBit` is set in `counts`, and every finish takes
+//     the lock to start the next ready operations. The bit changes under the lock by an
+//     RMW, after which that thread reads the running count (`takeStartable`). In the
+//     counts' word so that a finisher's CAS sees it together with the count it
+//     decrements: either the CAS came first, and the count read after the change
+//     includes its decrement, or the CAS fails on the bit and the finisher takes the
+//     lock. No ready operation is stranded.
+//
+// Started operations go to the pool of their quality of service through the chain
+// runner (ChainRunner.swift), or to the queue's `underlyingQueue` when it has one.
+
+extension OperationQueue {
+    /// Set in `counts` while the queue is not in direct mode (a width limit, or
+    /// suspended): a finishing operation must then take the lock to start the next.
+    /// Changed under the lock by an RMW, after which that thread reads the running
+    /// count (`takeStartable`). In the counts' word so that a finisher's CAS sees it
+    /// together with the count it decrements: either the CAS came first, and the
+    /// count read after the change includes its decrement, or the CAS fails on the
+    /// bit and the finisher takes the lock — no ready operation is stranded.
+    static let scheduledBit: UInt64 = 1 << 31
+
+    /// Where started operations go, read under the lock together with them.
+    struct DispatchConfig {
+        let underlying: DispatchQueue?
+        let qualityOfService: QualityOfService
+        /// Borrowed: a copy of the whole state would retain and release every
+        /// reference in it.
+        init(_ s: borrowing State) {
+            underlying = s.underlyingQueue
+            qualityOfService = s.qualityOfService
+        }
+    }
+
+    func dispatch(_ ops: Startable, _ config: DispatchConfig) {
+        ops.forEach { dispatch($0, config) }
+    }
+
+    func dispatch(_ op: Operation, _ config: DispatchConfig) {
+        if let underlying = config.underlying {
+            let run = UncheckedSendableBox((self, op))
+            underlying.async {
+                run.value.0.run(run.value.1)
+                ChainRunner.runnerDone(Unmanaged.passUnretained(run.value.1))
+            }
+        } else {
+            ChainRunner.submit(op, pool: QoSPools.engine(for: op.effectiveQoS(queueDefault: config.qualityOfService)))
+        }
+    }
+
+    /// Takes what may start now and starts it (after a width or suspension change).
+    func startWhatCan(_ change: (inout State) -> Void) {
+        let (start, config, unannounced) = state.locked { s -> (Startable, DispatchConfig, [Operation]?) in
+            change(&s)
+            s.refreshMode()
+            let unannounced = s.takeUnannounced(counts)
+            // An RMW, before takeStartable reads `counts`: see `scheduledBit`.
+            if s.isDirect {
+                counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
+            } else {
+                counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
+            }
+            return (s.takeStartable(counts), DispatchConfig(s), unannounced)
+        }
+        dispatch(start, config)
+        if let unannounced { OperationQueue.askAgain(unannounced) }
+    }
+}
+
+extension OperationQueue.State {
+    /// Direct mode: see the type's documentation.
+    /// Read on every add; kept in `direct`, which `refreshMode()` recomputes wherever
+    /// one of its inputs changes (all under the lock).
+    var isDirect: Bool { direct }
+
+    mutating func refreshMode() {
+        direct = maxConcurrent < 0 && !suspended && batching == 0 && unannounced.isEmpty
+    }
+
+    /// Takes the operations to ask again (see `unannounced`), and returns the queue to
+    /// direct mode if they were all that kept it out. An RMW on `counts`, as every
+    /// change of mode (see `scheduledBit`).
+    @inline(__always)
+    mutating func takeUnannounced(_ counts: borrowing Atomic<UInt64>) -> [Operation]? {
+        if unannounced.isEmpty { return nil }
+        return takeUnannouncedSlow(counts)
+    }
+
+    @inline(never)
+    mutating func takeUnannouncedSlow(_ counts: borrowing Atomic<UInt64>) -> [Operation] {
+        let all = unannounced
+        unannounced = []
+        refreshMode()
+        if isDirect { counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent) }
+        return all
+    }
+}
+
+struct UncheckedSendableBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ v: T) { value = v }
+}

@@ -1,0 +1,152 @@
+import CSpindle
+import Synchronization
+
+// The finish protocol: what happens, once, when an operation has finished by whatever
+// path (the end of `start()`, an asynchronous subclass announcing `isFinished`, a
+// cancelled operation retired by its queue).
+//
+// F1. `finishHandled` is claimed with a CAS: the protocol runs once.
+// F2. Under the operation's lock, only if `needsFinishLock` is set: every dependent's
+//     count is decremented (self-dependency included), the dependents that became
+//     ready are collected, the completion block is taken.
+// F3. The dependents that became ready are told (Readiness.swift); observers hear
+//     `.finished`.
+// F4. Its queue counts it finished (QueueLifetime.swift), which may start the next
+//     operation — on this thread, through the chain runner (ChainRunner.swift), when
+//     this thread's runner is running this operation.
+// F5. An operation the program added drops its queue (QueueSlot.swift).
+// F6. `finishCompleted` is set, and then the waiters are released: a returning
+//     `waitUntilFinished` implies F2-F5 have happened.
+// F7. The completion block runs as a task of its own, on a worker of the operation's
+//     class, outside any queue.
+//
+// Two flags let an operation that nobody waits on or depends on skip the lock, each
+// a Dekker pair with sequentially consistent accesses on both sides:
+// - `needsFinishLock` is set before anything is stored that F2 must hand on (a
+//   dependent, a completion block, an observer), and read after F1. A dependent
+//   registering concurrently either sees `finishHandled` under the lock and does not
+//   register, or its flag is seen and the finisher drains it under the lock.
+// - `hasWaiters` is set by a waiter before it registers, and read after F6's store. A
+//   waiter either sees `finishCompleted` and does not wait, or is seen and released
+//   under the lock (Waiter.swift).
+
+extension Operation {
+    /// Runs once, when the operation has finished by whatever path: releases
+    /// dependents, tells the queue, drops the queue if it holds it, wakes waiters, and
+    /// then hands the completion block to a worker.
+    func finishProtocol() {
+        guard finishHandled.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged else { return }
+        // A custom asynchronous operation reports `isFinished` through its override;
+        // make the base state agree.
+        phase.store(Phase.finished.rawValue, ordering: .releasing)
+        // What the locked part hands on, in a struct: a closure returned through the
+        // lock's generic result in a tuple would be re-abstracted (two allocations).
+        struct HandOff {
+            var ready: [Operation] = []
+            var completion: (@Sendable () -> Void)? = nil
+        }
+        var handOff = HandOff()
+        if needsFinishLock.load(ordering: .sequentiallyConsistent) {
+            handOff = guarded.locked { g -> HandOff in
+                // Count this edge down in every dependent, under our lock (see Dependents).
+                // Only dependents in a queue and unfinished are retained — the queue keeps
+                // them alive, so they cannot be mid-deinit — to be told they are ready
+                // once we unlock.
+                //
+                // A dependent may be in its deinit right now (its last reference went away
+                // on another thread), blocked on our lock to deregister. It must not be
+                // retained even for an instant — a retain and release of an object whose
+                // count reached zero runs its deinit a second time — so it is reached
+                // only as a guaranteed reference and never captured by a closure (a
+                // capture is a retain in unoptimised builds; SPINDLE_STRESS=20 found it).
+                var ready: [Operation] = []
+                let me = Dependents.key(self)
+                g.dependents.forEach { dependent in
+                    // An operation that depends on itself (legal, if useless) is counted
+                    // down here: its lock is the one we hold. It is finishing, so it
+                    // needs no signal.
+                    if Dependents.key(dependent) == me {
+                        g.unfinished -= 1
+                        return
+                    }
+                    let nowReady = dependent.withGuaranteedReference(Operation.countDownOneEdge)
+                    if nowReady { ready.append(dependent.takeUnretainedValue()) }
+                }
+                g.dependents = .none
+                let c = g.completionBlock
+                g.completionBlock = nil
+                return HandOff(ready: ready, completion: c)
+            }
+        }
+        let queue = ownerQueue
+        // Operations this finish starts (ready dependents, the next of a width-limited
+        // queue) may run next on this thread, without a trip through the pool, when
+        // this is the operation the thread's chain runner is running (ChainRunner.runChain).
+        let ts = ThreadState.unmanagedCurrent
+        let chained = ts.withGuaranteedReference { ts -> Bool in
+            guard ts.chainOpen, ts.finishing == nil,
+                  ts.currentOperation?.toOpaque() == Unmanaged.passUnretained(self).toOpaque() else { return false }
+            ts.finishing = Unmanaged.passUnretained(self)
+            return true
+        }
+        for d in handOff.ready { d.dependenciesSatisfied() }
+        notify(.finished)
+        // Where the completion block will run, read while the queue is certainly alive.
+        let completionPool = handOff.completion == nil ? nil : QoSPools.engine(
+            for: effectiveQoS(queueDefault: queue?.withGuaranteedReference { $0.qualityOfService } ?? .default))
+        // The queue is alive: it has not counted this operation finished (and holds
+        // itself until it has). `operationFinished` may free it.
+        queue?.withGuaranteedReference { $0.operationFinished(self) }
+        if chained { ts.withGuaranteedReference { $0.finishing = nil } }
+        // Written before the operation could start, never after.
+        if queue != nil && queueSlot.addedByCaller { dropQueue() }
+        // Last: release the waiters. A waiter sets `hasWaiters` and then checks
+        // `finishCompleted` under the lock; we set `finishCompleted` and then check
+        // `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or we
+        // see its flag and take the lock — after its registration or before it, and in
+        // the latter case it then sees `finishCompleted` under the lock.
+        finishCompleted.store(true, ordering: .sequentiallyConsistent)
+        if hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) {
+            let waiters = guarded.locked { g -> [Waiter] in
+                let w = g.waiters
+                g.waiters = []
+                g.extras?.observers = []
+                return w
+            }
+            for w in waiters { w.signal() }
+        }
+        if let completion = handOff.completion, let completionPool {
+            runCompletionBlock(completion, on: completionPool)
+        }
+    }
+
+    /// Counts one finished dependency off `d`, under `d`'s lock; true when that was the
+    /// last one and `d` is queued and unfinished — then the queue's list holds it, so it
+    /// is alive and may be retained. A static function of a guaranteed reference, not a
+    /// closure: nothing here may retain `d` (see finishProtocol).
+    static func countDownOneEdge(_ d: Operation) -> Bool {
+        let last = d.guarded.locked { dg -> Bool in
+            dg.unfinished -= 1
+            return dg.unfinished == 0
+        }
+        return last && d.queueSync.word.load(ordering: .acquiring) != 0 && !d.finishHandled.load(ordering: .acquiring)
+    }
+
+    /// Runs the completion block after the operation has been retired: dependents
+    /// released, its queue told, waiters woken. As with Foundation, it runs as a task of
+    /// its own (on a worker of the operation's class), not on the thread that finished
+    /// the operation, outside any queue: inside it ``OperationQueue/current`` is nil
+    /// (on a worker), and it may wait for its operation, a dependent, or the queue —
+    /// even a serial queue it adds an operation to — without deadlocking the finish it
+    /// would otherwise be part of. The task holds the operation, so a block that
+    /// captures it `unowned` finds it alive.
+    func runCompletionBlock(_ completion: @escaping @Sendable () -> Void, on pool: OpaquePointer) {
+        let task = ClosureTask.make { [self] in
+            ThreadState.current.withRunningContext((nil, nil), completion)
+            withExtendedLifetime(self) {}
+        }
+        let rc = spindle_submit_task(pool, task)
+        // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool).
+        precondition(rc == 0, "Spindle: a process-wide pool refused a completion block (engine bug, rc \(rc))")
+    }
+}

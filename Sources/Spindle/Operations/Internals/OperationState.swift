@@ -1,0 +1,82 @@
+import Synchronization
+
+// The operation's state behind its lock, and the small helpers around it.
+//
+// Most of an operation's state sits in one `Guarded` struct under one Mutex: its
+// dependencies and dependents, its completion block, its waiters. What the hot paths
+// need without a lock is in atomics declared with the class (Operation.swift), each
+// documented where its protocol is: the phase (OperationLifecycle.swift), the finish
+// flags (FinishProtocol.swift), the queue's fields (QueueSlot.swift).
+
+extension Operation {
+    /// Fields used by few operations live out of line, to keep a queued operation small.
+    ///
+    /// Small for memory (≤ 256 bytes per queued BlockOperation), not for speed. Not
+    /// pursued, after measuring what they could gain: ordering the stored properties so
+    /// that the ones the workers touch share fewer cache lines, or shrinking the object
+    /// further. Paired runs of the `operation-throughput` benchmark, two builds
+    /// alternately: a stored property of 128 bytes more, written by the adding thread,
+    /// left Spindle/pool-submit within noise (1.00–1.14× before, 1.11–1.18× after, four
+    /// pairs), and so did having the worker also read one of its lines after each run
+    /// (1.12–1.19× without that read, 1.06–1.15× with it, five pairs). A line more or
+    /// less shared with the workers is below what the benchmark resolves, so the layout
+    /// stays in the order that reads best, with `engineTask` first.
+    final class Extras: @unchecked Sendable {
+        var name: String?
+        var threadPriority: Double = 0.5
+        var observers: [@Sendable (StateChange) -> Void] = []
+    }
+
+    struct Guarded {
+        var dependencies: [Operation] = []
+        /// Dependencies that have not finished yet. Readiness is `== 0`.
+        var unfinished = 0
+        /// Operations that depend on this one, unretained (as Foundation keeps them): a
+        /// dependent dropped by its owner is freed, and takes itself off this list in
+        /// its deinit (see `Dependents` for why that is safe).
+        var dependents = Dependents.none
+        var completionBlock: (@Sendable () -> Void)?
+        var waiters: [Waiter] = []
+        var qualityOfService: QualityOfService = .default
+        var qosExplicit = false
+        var extras: Extras?
+    }
+
+    func describe() -> String {
+        if let n = name { return "operation '\(n)'" }
+        return "operation \(type(of: self)) \(ObjectIdentifier(self))"
+    }
+
+    /// Runs `body` on the out-of-line fields, creating them on first use, under the lock.
+    func withExtras(_ body: (Extras) -> Void) {
+        guarded.locked { g in
+            if g.extras == nil { g.extras = Extras() }
+            body(g.extras!)
+        }
+    }
+
+    func notify(_ change: StateChange) {
+        guard hasObservers.load(ordering: .acquiring) else { return }
+        let observers = guarded.locked { $0.extras?.observers ?? [] }
+        for o in observers { o(change) }
+    }
+
+    /// The KVO key of a key path: the name of the property for the ones the state
+    /// machine reacts to (and the others Foundation documents as observable); the key
+    /// path's description for anything else.
+    static func key<Value>(for keyPath: KeyPath<Operation, Value>) -> String {
+        switch keyPath as AnyKeyPath {
+        case \Operation.isFinished: return "isFinished"
+        case \Operation.isReady: return "isReady"
+        case \Operation.isExecuting: return "isExecuting"
+        case \Operation.isCancelled: return "isCancelled"
+        case \Operation.isAsynchronous: return "isAsynchronous"
+        case \Operation.isConcurrent: return "isConcurrent"
+        case \Operation.dependencies: return "dependencies"
+        case \Operation.queuePriority: return "queuePriority"
+        case \Operation.completionBlock: return "completionBlock"
+        case \Operation.name: return "name"
+        default: return "\(keyPath)"
+        }
+    }
+}

@@ -1,0 +1,54 @@
+// Where an operation waits in its queue, and which worker set runs it.
+//
+// Two priorities, as in Foundation. `queuePriority` orders the ready operations of one
+// queue (five FIFO lists: ReadyRings.swift); until it is assigned, an operation on a
+// queue that is not serial takes the level Foundation derives from its quality of
+// service. `qualityOfService` (or the older `threadPriority`) picks the pool the
+// operation runs on: one worker set per class, at the class's nice value
+// (Pool/QoSPools.swift).
+
+extension Operation {
+    static let priorityUnset = Int.min
+
+    /// The index of the ready list this operation waits on in its queue (see
+    /// ``queuePriority``). Called under the queue's lock.
+    @inline(__always)
+    func queueLevel(serial: Bool) -> Int {
+        let raw = priorityWord.load(ordering: .relaxed)
+        if raw == Operation.priorityUnset && (serial || !hasOwnPriority.load(ordering: .acquiring)) {
+            return QueuePriority.normal.level
+        }
+        return queueLevelSlow(raw: raw)
+    }
+
+    /// `queueLevel`'s answer for an operation with a priority or a quality of service.
+    func queueLevelSlow(raw: Int) -> Int {
+        if raw != Operation.priorityUnset { return (QueuePriority(rawValue: raw) ?? .normal).level }
+        let (qos, explicit) = guarded.locked { ($0.qualityOfService, $0.qosExplicit) }
+        guard explicit else { return QueuePriority.normal.level }
+        switch qos {
+        case .userInteractive: return QueuePriority.veryHigh.level
+        case .userInitiated: return QueuePriority.high.level
+        case .utility: return QueuePriority.low.level
+        case .background: return QueuePriority.veryLow.level
+        default: return QueuePriority.normal.level
+        }
+    }
+
+    /// The effective class this operation runs at, given its queue's.
+    func effectiveQoS(queueDefault: QualityOfService) -> QualityOfService {
+        if !hasOwnPriority.load(ordering: .acquiring) { return queueDefault }
+        let (qos, explicit, tp) = guarded.locked { ($0.qualityOfService, $0.qosExplicit, $0.extras?.threadPriority) }
+        if explicit && qos != .default { return qos }
+        if let tp, tp != 0.5 {
+            switch tp {
+            case ..<0.2: return .background
+            case ..<0.4: return .utility
+            case ..<0.6: return .default
+            case ..<0.8: return .userInitiated
+            default: return .userInteractive
+            }
+        }
+        return queueDefault
+    }
+}

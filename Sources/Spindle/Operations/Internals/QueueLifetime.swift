@@ -1,0 +1,207 @@
+import Synchronization
+
+// The queue's counts, and its lifetime: who may touch the queue, and until when.
+//
+// `counts` holds the operations added and not finished in its high 32 bits, the
+// operations the queue started that have not finished in the low 31, and
+// `scheduledBit` (DirectMode.swift) between them: one word, so that adding an operation
+// and finishing one are one atomic RMW each. Both sides write it, so it is the queue's
+// one contended cache line at the default width; two counters would cost a second RMW
+// per side.
+//
+// A queue lives while it has unfinished operations, whoever still refers to it:
+// `OperationQueue().addOperation { … }`, the queue dropped at once, is ordinary use.
+// It holds a reference to itself (`State.selfRetained`), taken under the lock when it
+// counts an operation in and holds none, and given to the finisher that drains it,
+// which drops it last. What makes that safe:
+//
+// L1. A finisher touches the queue after its decrement only if it decremented under
+//     the lock, or its operation holds the queue (L3). Every other finisher decrements
+//     with one CAS that succeeds only when the queue needs nothing more from it —
+//     another unfinished operation remains, the queue is in direct mode
+//     (`scheduledBit` clear), and nobody observes its count or progress — and then it
+//     touches nothing.
+// L2. "Drained" is decided under the lock, where operations are counted in: the
+//     finisher that reads zero there takes the self-reference. A finisher still on its
+//     way to the lock has its operation counted (L1: it decrements there) or holds the
+//     queue (L3), so zero cannot be read while it needs the queue.
+// L3. An operation that code other than the queue's can reach — one the program made,
+//     or one `operations` handed out — holds its queue (`Operation.queueReference`):
+//     its `cancel()` and readiness changes reach the queue from any thread at any
+//     moment, including while it finishes. So does one made by the block form of
+//     `addOperation` while the queue is not in direct mode, where every finish takes
+//     the lock anyway (`QueueSlot.held`: it decrements first, outside the lock). In
+//     direct mode that form's operations are reachable only from the queue until
+//     `operations` hands them out, and skip the retain and its release.
+//
+// Rejected:
+// - Releasing the self-reference when a lock-free decrement reached zero. A finisher
+//   still on its way to the lock could then find the queue freed.
+// - Counting finishers in flight: a second atomic RMW per finish.
+// - Decrementing under the lock even when the operation holds the queue: the adding
+//   thread waits on that lock, and serial queues slow down.
+// - Batching each worker's decrements to keep the line with the adding thread: it
+//   needs a flush on every path a worker takes (before it runs anything else, waits
+//   or parks), and the most it could save is within the benchmark's noise
+//   (docs/performance.md).
+
+extension OperationQueue {
+    static let oneUnfinished: UInt64 = 1 << 32
+    static let runningMask: UInt64 = 0x7fff_ffff
+
+    /// The unfinished operations, from `counts`.
+    var unfinishedCount: Int { Int(counts.load(ordering: .sequentiallyConsistent) >> 32) }
+
+    func operationFinished(_ op: Operation) {
+        // Before it is counted out: see `pendingBarriers`.
+        if op is BarrierOperation { pendingBarriers.subtract(1, ordering: .sequentiallyConsistent) }
+        // Written under the lock before the operation could start; we run after it did.
+        let started = op.queueSlot.started
+        op.queueSync.done.store(true, ordering: .releasing)
+        let delta = OperationQueue.oneUnfinished | (started ? 1 : 0)
+        if op.queueSlot.held {
+            // The operation holds the queue, which therefore outlives this call: one RMW
+            // outside the lock (not lengthening the section the adding thread waits
+            // on), then the lock only when there is something to do under it.
+            // seq_cst: pairs with the RMW that sets `scheduledBit` (see there).
+            let now = counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue
+            guard !started || now >> 32 == 0 || now & OperationQueue.scheduledBit != 0
+                    || hasProgress.load(ordering: .acquiring) || hasCountObservers.load(ordering: .acquiring)
+            else { return }
+            finishLocked(op, started: started, delta: nil)
+            return
+        }
+        // The lock-free way (`counts`, rule 1): one CAS, then not another access to the
+        // queue, which another finisher may drain and free the moment it succeeds.
+        // The flags are read before it, while the queue is certainly alive. (Out of
+        // direct mode the CAS fails on `scheduledBit`: only operations added in direct
+        // mode get here, and those that finish after a switch are rare.)
+        if started && !hasProgress.load(ordering: .acquiring) && !hasCountObservers.load(ordering: .acquiring) {
+            // A guess, not a load: a failed CAS returns the value and leaves the line
+            // exclusive here, where a load would fetch it shared and the CAS fetch it
+            // again. (The adding thread writes this line on every add.)
+            var current = OperationQueue.oneUnfinished * 2 | 1
+            while current & OperationQueue.scheduledBit == 0 && current >> 32 >= 2 {
+                // seq_cst: pairs with the RMW that sets `scheduledBit` (see there) and
+                // with the adding thread's count.
+                let (done, now) = counts.compareExchange(
+                    expected: current, desired: current &- delta, ordering: .sequentiallyConsistent)
+                if done { return }
+                current = now
+            }
+        }
+        finishLocked(op, started: started, delta: delta)
+    }
+
+    /// The part of a finish done under the lock, and after it: retiring an operation
+    /// the queue did not start, progress, draining, starting what may start now.
+    /// `delta`: what to take off `counts` under the lock (nil: already taken).
+    func finishLocked(_ op: Operation, started: Bool, delta: UInt64?) {
+        // The locked part's results, returned rather than written to captured variables
+        // (those would cost dynamic exclusivity checks).
+        struct Outcome {
+            var start = Startable.none
+            var config: DispatchConfig? = nil
+            var waiters: [Waiter] = []
+            var observers: [@Sendable (Int) -> Void] = []
+            /// Unfinished operations, then (with count observers) less pending barriers.
+            var remaining = 0
+            var released: Unmanaged<Operation>? = nil
+            var dropSelf = false
+            var unannounced: [Operation]? = nil
+        }
+        let out = state.locked { s -> Outcome in
+            var out = Outcome()
+            // Zero, read under the lock where operations are counted in, means drained
+            // (`counts`, rule 2).
+            if let delta {
+                out.remaining = Int(counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue >> 32)
+            } else {
+                out.remaining = unfinishedCount
+            }
+            // Not started by the queue: it may sit in a ready list; skip it there.
+            if !started { op.queueSlot.retired = true }
+            if out.remaining == 0 {
+                out.waiters = s.waiters
+                s.waiters = []
+                s.unlinkAll(onto: &out.released)
+                if out.released != nil { s.releasing += 1 }
+                s.lastBarrier = nil
+                // The queue's reference to itself is ours now (`counts`, rule 2): it
+                // keeps the queue alive until we drop it, last. An operation added
+                // meanwhile makes the queue take another.
+                out.dropSelf = s.selfRetained
+                s.selfRetained = false
+            }
+            if !s.countObservers.isEmpty {
+                out.observers = s.countObservers.map(\.handler)
+                // What observers are told, read here: after we unlock, the queue may be
+                // freed (see below).
+                out.remaining = max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
+            }
+            out.unannounced = s.takeUnannounced(counts)
+            out.start = s.takeStartable(counts)
+            if !out.start.isEmpty { out.config = DispatchConfig(s) }
+            return out
+        }
+        // Release what the queue held before waking waiters: a returning wait then
+        // implies the queue no longer keeps any finished operation alive. Waiters that
+        // came while we released it (`releasing` kept them waiting) are ours too.
+        var waiters = out.waiters
+        if out.released != nil {
+            OperationQueue.release(out.released)
+            waiters += state.locked { s -> [Waiter] in
+                s.releasing -= 1
+                guard s.isDrained(unfinished: unfinishedCount) else { return [] }
+                defer { s.waiters = [] }
+                return s.waiters
+            }
+        }
+        for o in out.observers { o(out.remaining) }
+        for w in waiters { w.signal() }
+        // Nothing starts when it has drained. When nothing starts and it has not
+        // drained, this finisher is done with the queue, which may have been freed
+        // when we unlocked.
+        if let config = out.config { dispatch(out.start, config) }
+        // Unfinished, so the queue has not drained; each reaches it through its pin.
+        if let unannounced = out.unannounced { OperationQueue.askAgain(unannounced) }
+        // Last: this may free the queue.
+        if out.dropSelf { Unmanaged.passUnretained(self).release() }
+    }
+
+    /// Registers `waiter` to be signalled when the queue has drained (see `isDrained`);
+    /// false, registering nothing, when it already has.
+    func registerDrainWaiter(_ waiter: Waiter) -> Bool {
+        state.locked { s -> Bool in
+            if s.isDrained(unfinished: unfinishedCount) { return false }
+            s.waiters.append(waiter)
+            return true
+        }
+    }
+}
+
+extension OperationQueue.State {
+    /// Counts an added operation in (`delta`: one unfinished, plus one running when
+    /// it starts directly) and prunes what has finished.
+    mutating func count(_ counts: borrowing Atomic<UInt64>, delta: UInt64,
+                        released: inout Unmanaged<Operation>?) {
+        let now = counts.wrappingAdd(delta, ordering: .sequentiallyConsistent).newValue
+        // The running count (at most the unfinished one) must stay below the
+        // `scheduledBit`.
+        precondition(now >> 32 < OperationQueue.runningMask,
+                     "OperationQueue: more than 2^31 - 1 operations unfinished in one queue")
+        prune(unfinished: Int(now >> 32), onto: &released)
+    }
+
+    /// True when the queue has no operations left and has released those it held.
+    ///
+    /// The count reaches zero before the finisher that brought it there takes the
+    /// lock to empty the list; a wait that returned in between would return while
+    /// finished operations (and what their blocks captured) were still referenced.
+    /// Zero unfinished with a non-empty list means that finisher is on its way, and
+    /// it signals the waiters once it has released them.
+    ///
+    /// Likewise, a finisher releasing what a drained queue held (outside the lock:
+    /// deinits run user code) makes waiters wait until it has.
+    func isDrained(unfinished: Int) -> Bool { unfinished == 0 && linked == 0 && releasing == 0 }
+}

@@ -1,0 +1,147 @@
+import Synchronization
+
+// The queue's list of operations: what ``OperationQueue/operations`` lists, and what
+// keeps every added operation alive until it has finished and its runner is done with
+// it.
+//
+// An intrusive doubly linked list through `QueueSlot.prev/next`, under the queue's
+// lock, holding one retained reference to each operation. The workers that finish
+// operations never touch it: finished ones (`QueueSync.done`) are unlinked lazily by
+// the thread adding operations (`prune`), and all at once when the queue drains
+// (`unlinkAll`). References are released outside the lock, in a chain built through
+// `QueueSlot.next` (`OperationQueue.release`), because a release may run a deinit and
+// user code.
+
+extension OperationQueue.State {
+    /// Appends `op` to the list, which takes over the reference `u` holds.
+    mutating func link(_ u: Unmanaged<Operation>, _ op: Operation) {
+        op.queueSlot.linked = true
+        op.queueSlot.prev = tail
+        op.queueSlot.next = nil
+        if let t = tail { t.withGuaranteedReference { $0.queueSlot.next = u } } else { head = u }
+        tail = u
+        linked += 1
+    }
+
+    /// Takes `op` off the list and pushes it on `released`, a chain (through
+    /// `queueSlot.next`) of references for the caller to release outside the lock.
+    mutating func unlink(_ op: Operation, onto released: inout Unmanaged<Operation>?) {
+        detach(op)
+        op.queueSlot.next = released
+        released = Unmanaged.passUnretained(op)
+    }
+
+    /// Takes `op` off the list, leaving the list's reference to it with the caller.
+    mutating func detach(_ op: Operation) {
+        let prev = op.queueSlot.prev, next = op.queueSlot.next
+        if let prev { prev.withGuaranteedReference { $0.queueSlot.next = next } } else { head = next }
+        if let next { next.withGuaranteedReference { $0.queueSlot.prev = prev } } else { tail = prev }
+        op.queueSlot.prev = nil
+        op.queueSlot.next = nil
+        linked -= 1
+    }
+
+    /// Unlinks finished operations, amortised O(1) per operation added, keeping at
+    /// most ~2× the unfinished operations (+256) referenced:
+    /// - on every call past 64 finished ones, up to two finished operations among
+    ///   the first four (operations finish roughly in the order they were added; the
+    ///   look-ahead steps over one that runs long, or one a preempted worker holds);
+    /// - the whole list once it holds more than twice the unfinished ones plus 256.
+    ///   The slack matters: with a threshold of 2× + 64, the count of unfinished
+    ///   operations swinging between 0 and a few dozen (two workers keeping up with
+    ///   one producer) set off a sweep every few adds — about one cache-missing step
+    ///   per operation added in the `operation-throughput` benchmark, against
+    ///   0.03-0.1 with this slack (and the look-ahead).
+    ///
+    /// The finished operations are kept 64 behind the workers, and one is taken
+    /// only once its runner is done with it (`QueueSync.runState`): the release here
+    /// is then the last, and the memory is freed on this thread — which allocates
+    /// the next operation from the same thread cache. (When runners held references
+    /// of their own, pruning right behind them made them free the operations
+    /// instead, and glibc then served every allocation here from its slow path: a
+    /// quarter of the adding thread's time in the operation-throughput profile.)
+    /// The lag also keeps this thread from reading lines the workers still write.
+    mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
+        if linked > unfinished + 64 {
+            var cursor = head, steps = 0, unlinked = 0
+            while let u = cursor, steps < 4, unlinked < 2 {
+                cursor = u.withGuaranteedReference { op in
+                    let next = op.queueSlot.next
+                    if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone {
+                        unlink(op, onto: &released)
+                        unlinked += 1
+                    }
+                    return next
+                }
+                steps += 1
+            }
+        }
+        guard linked > 2 * unfinished + 256 else { return }
+        var cursor = head
+        while let u = cursor {
+            cursor = u.withGuaranteedReference { op in
+                let next = op.queueSlot.next
+                if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone { unlink(op, onto: &released) }
+                return next
+            }
+        }
+    }
+
+    /// Unlinks everything (the queue has drained: all of it has finished). An
+    /// operation whose runner has not yet returned from it is left to that runner
+    /// to release (`QueueSync.runState`).
+    mutating func unlinkAll(onto released: inout Unmanaged<Operation>?) {
+        while let u = head {
+            u.withGuaranteedReference { op in
+                detach(op)
+                // The last access unless the reference is ours: once `listGone` is
+                // set, the runner may release the operation at any moment.
+                let ours = !op.queueSlot.started
+                    || op.queueSync.runState.bitwiseOr(QueueSync.listGone, ordering: .acquiringAndReleasing).oldValue
+                        & QueueSync.runnerDone != 0
+                if ours {
+                    op.queueSlot.next = released
+                    released = u
+                }
+            }
+        }
+    }
+
+    /// The unfinished operations, in the order they were added.
+    var unfinished: [Operation] {
+        var out: [Operation] = []
+        var cursor = head
+        while let u = cursor {
+            let op = u.takeUnretainedValue()
+            if !op.queueSync.done.load(ordering: .acquiring) { out.append(op) }
+            cursor = op.queueSlot.next
+        }
+        return out
+    }
+}
+
+extension OperationQueue {
+    /// Releases a chain of references built by `unlink`.
+    static func release(_ chain: Unmanaged<Operation>?) {
+        var cursor = chain
+        while let u = cursor {
+            cursor = u.withGuaranteedReference { op in
+                let next = op.queueSlot.next
+                op.queueSlot.next = nil
+                return next
+            }
+            u.release()
+        }
+    }
+
+    /// `ops`, from the queue's list, about to be seen by code other than the queue's:
+    /// one made by the block form of `addOperation` must now hold its queue like any
+    /// other (`counts`, rule 3). Called under the lock, where the list holds them and
+    /// nobody else writes the field.
+    func handOut(_ ops: [Operation]) -> [Operation] {
+        // An operation that holds its queue already (`queueSlot.held`) is skipped without
+        // reading the reference, which its finish may be dropping (`Operation.dropQueue`).
+        for op in ops where !op.queueSlot.held && op.queueReference == nil { op.queueReference = self }
+        return ops
+    }
+}

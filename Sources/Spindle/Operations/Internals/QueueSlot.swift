@@ -1,0 +1,149 @@
+import Synchronization
+
+// The fields of an operation that belong to the queue it is added to, and the one
+// protocol among them that code outside the queue uses: pinning the queue.
+//
+// An operation is claimed by one queue with one CAS on `QueueSync.word`, which is also
+// how adding it twice, or to two queues, is detected. From then on:
+// - `QueueSlot` (a plain struct) is written only under that queue's lock;
+// - `QueueSync` (atomics) is read from any thread;
+// - `Operation.queueReference`, the strong reference behind the word, is set by the
+//   thread that claimed the operation (or by the queue, under its lock, when it
+//   hands out one it made) and dropped by the finish or by the last pin.
+//
+// Pins (Q1-Q3). Code outside the queue's own paths — `cancel()`, a readiness or
+// priority change — may run on any thread while the operation finishes, and reaches the
+// queue through `withPinnedQueue`:
+// Q1. A pin is one RMW on `pins` before `word` is read; the finish clears `word`, then
+//     sets `pinsCleared` with one RMW. Both on one word, so in one modification order.
+// Q2. A pin taken before `pinsCleared` is seen by the finish, which then leaves the
+//     reference to the last pin to go; one taken after reads `word` as 0 and leaves the
+//     queue alone.
+// Q3. Whoever sets `pinsReleased` (one CAS) drops `queueReference`: the finish when no
+//     pin is held, else the last pin.
+
+/// The atomics an operation's queue reads and writes from any thread.
+struct QueueSync: ~Copyable {
+    /// The queue (its address; 0: none). Read without reference counting: valid while
+    /// the operation is unfinished (the queue holds itself: QueueLifetime.swift), then
+    /// for as long as `queueReference` is set. One the program added clears it when it
+    /// has finished (`dropQueue`).
+    let word = Atomic<UInt>(0)
+    /// Pins on `word` (Q1-Q3), in the low bits, and the two flags.
+    let pins = Atomic<UInt>(0)
+    static let pinsCleared: UInt = 1 << 62
+    static let pinsReleased: UInt = 1 << 63
+    /// Set when the queue takes this operation as ready: exactly once (Readiness.swift,
+    /// R3). Written only under the queue's lock (so a plain store suffices); read
+    /// anywhere as a hint.
+    let readySignalled = Atomic<Bool>(false)
+    /// Set when the queue has counted this operation finished; it may then be pruned
+    /// from the queue's list by another thread (once its runner is done with it too).
+    let done = Atomic<Bool>(false)
+    /// Who still needs the queue list's reference to an operation the queue started:
+    /// `runnerDone` is set by the thread that ran it, after its last access; `listGone`
+    /// by a drain that unlinked it before that. Whoever sets the second bit releases
+    /// the list's reference.
+    ///
+    /// The runner borrows that reference instead of holding one of its own, which
+    /// saves a retain on the adding thread and a release on the worker per operation.
+    /// Pruning, which releases most operations, only takes one whose runner is done; a
+    /// drain, which releases everything linked, may meet one whose runner is still
+    /// returning from it — both sides then use one RMW here, and the later one releases.
+    let runState = Atomic<UInt8>(0)
+    static let runnerDone: UInt8 = 1
+    static let listGone: UInt8 = 2
+}
+
+/// The fields an operation's queue writes under its lock.
+struct QueueSlot {
+    /// Neighbours in the queue's list of operations (which holds the retained
+    /// reference; finished ones stay until the list is pruned: QueueRegistry.swift).
+    var prev: Unmanaged<Operation>?
+    var next: Unmanaged<Operation>?
+    /// Set when the queue has registered this operation (its list and count): until
+    /// then a readiness signal from another thread (a concurrent `cancel()`) is left
+    /// to `enqueue`, which evaluates readiness itself.
+    var linked = false
+    /// Set when the queue starts it (counts it as running).
+    var started = false
+    /// Set when its finish retired it without a start: it may still sit in a ready
+    /// list, where it is skipped.
+    var retired = false
+    /// Set when `queueReference` was set before the operation could start (by the
+    /// adding thread, or by the queue when it was not in direct mode), so its finish may
+    /// decrement the counts before it takes the queue's lock
+    /// (`OperationQueue.operationFinished`). Not set by `operations`, which hands
+    /// operations out while they may be finishing.
+    var held = false
+    /// Set with `held` for an operation the program made and added: the one kind a
+    /// program may keep after it finished, so the one whose finish drops its queue
+    /// (`dropQueue`). One made by the block form is reachable only through
+    /// `operations`, and otherwise dies with the queue's list.
+    var addedByCaller = false
+    /// Set by the queue's runner, before `start()`, when the queue reports progress:
+    /// `start()` then runs `main()` inside a child progress (`runReportingProgress`).
+    var reportsProgress = false
+}
+
+extension Operation {
+    /// The queue, if any — alive while this operation is unfinished (the queue holds
+    /// itself), and after that as long as `queueReference` is set.
+    var ownerQueue: Unmanaged<OperationQueue>? {
+        let bits = queueSync.word.load(ordering: .acquiring)
+        return bits == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
+    }
+
+    /// Whether the operation was added to a queue and has not finished.
+    var inQueue: Bool {
+        queueSync.word.load(ordering: .acquiring) != 0 && !finishHandled.load(ordering: .acquiring)
+    }
+
+    /// Whether the queue's list may release its reference now: the queue never started
+    /// it, or its runner is done with it (acquiring: pairs with the runner's RMW, so
+    /// its accesses happen before the release).
+    var runnerIsDone: Bool {
+        !queueSlot.started || queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone != 0
+    }
+
+    /// Runs `body` on the operation's queue, if it still has one, for code that may run
+    /// while the operation finishes (see `queueSync.pins`).
+    func withPinnedQueue(_ body: (OperationQueue) -> Void) {
+        // Acquiring: a finish whose RMW on the pins came first cleared the word before it.
+        queueSync.pins.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        let bits = queueSync.word.load(ordering: .acquiring)
+        if bits != 0 {
+            Unmanaged<OperationQueue>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
+                .withGuaranteedReference(body)
+        }
+        if queueSync.pins.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue == QueueSync.pinsCleared {
+            releaseQueueReference()
+        }
+    }
+
+    /// At the end of the finish of an operation that holds its queue: forgets the queue,
+    /// so that a program that keeps the operation does not keep the queue (Foundation
+    /// drops it too). Its `queueReference` goes now, or with the last pin.
+    func dropQueue() {
+        // Releasing: a pin that comes after our RMW below acquires it, and so reads 0.
+        queueSync.word.store(0, ordering: .releasing)
+        // Nobody pinned (the usual case): one CAS sets both flags, and the reference is
+        // ours to drop. Otherwise flag the word cleared and let the last pin drop it.
+        if queueSync.pins.compareExchange(expected: 0, desired: QueueSync.pinsCleared | QueueSync.pinsReleased,
+                                     ordering: .acquiringAndReleasing).exchanged {
+            queueReference = nil
+            return
+        }
+        queueSync.pins.bitwiseOr(QueueSync.pinsCleared, ordering: .acquiringAndReleasing)
+        releaseQueueReference()
+    }
+
+    /// Drops `queueReference` if the finish has cleared the word and no pin is held:
+    /// once, by whoever wins the CAS.
+    func releaseQueueReference() {
+        guard queueSync.pins.compareExchange(expected: QueueSync.pinsCleared,
+                                        desired: QueueSync.pinsCleared | QueueSync.pinsReleased,
+                                        ordering: .acquiringAndReleasing).exchanged else { return }
+        queueReference = nil
+    }
+}

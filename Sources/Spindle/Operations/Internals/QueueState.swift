@@ -1,0 +1,134 @@
+import Dispatch
+import Synchronization
+
+// What an OperationQueue's lock guards, and the scheduling steps taken under it.
+//
+// One lock per queue (a futex mutex: Runtime/Locking.swift) guards this struct and the
+// `QueueSlot` of every operation in the queue. The counts are outside it, in one atomic
+// word (QueueLifetime.swift), so that the common add and finish need no second RMW.
+
+extension OperationQueue {
+    struct State {
+        let ready = ReadyRings()
+        /// The operations added, in order: an intrusive doubly linked list through
+        /// `Operation.queueSlot.prev/queueSlot.next`, holding one retained reference to each.
+        /// Finished ones (`queueSync.done`) are unlinked lazily by `prune`, by the thread
+        /// adding operations, and all at once when the queue drains.
+        var head: Unmanaged<Operation>?
+        var tail: Unmanaged<Operation>?
+        /// How many operations are linked, finished or not.
+        var linked = 0
+        /// Finishers releasing the list of a drained queue (see `isDrained`).
+        var releasing = 0
+        /// Whether the queue holds a reference to itself: from the moment it counts an
+        /// operation in until it has drained (see ``OperationQueue/counts``).
+        var selfRetained = false
+        var maxConcurrent = OperationQueue.defaultMaxConcurrentOperationCount
+        var suspended = false
+        /// Open `addOperations` batches: while any is, nothing starts, so that a batch
+        /// is enqueued whole before any of it starts (`addOperations(_:waitUntilFinished:)`).
+        var batching = 0
+        /// The name given (nil: the default, from the queue's address).
+        var name: String?
+        /// Operations of custom classes whose own `isReady` held them when nothing else
+        /// did (every dependency finished): asked again at each scheduling pass (a
+        /// finish, a change of width or suspension), so that a readiness change made
+        /// without `didChangeValue(forKey: "isReady")` is noticed as Foundation's queue
+        /// notices it. While any is listed the queue is out of direct mode, so that
+        /// every finish is such a pass.
+        var unannounced: [Operation] = []
+        var qualityOfService: QualityOfService = .default
+        var underlyingQueue: DispatchQueue?
+        var lastBarrier: Operation?
+        var waiters: [Waiter] = []
+        var countObservers: [(id: Int, handler: @Sendable (Int) -> Void)] = []
+        var nextObserverID = 0
+        var progress: Progress?
+        /// Whether the queue is in direct mode (DirectMode.swift): read on every add,
+        /// recomputed by `refreshMode()` wherever one of its inputs changes.
+        var direct = true
+    }
+}
+
+extension OperationQueue.State {
+    var readyIsEmpty: Bool { ready.isEmpty }
+
+    func push(_ op: Operation, level: Int) { ready.push(op, level: level) }
+
+    /// The highest-priority ready operation, skipping retired ones, and handing back
+    /// one that has been given an unfinished dependency since it was found ready: it
+    /// is signalled again when that dependency finishes (`evaluateReadiness`).
+    func popReady() -> Operation? {
+        while let op = ready.pop() {
+            if op.queueSlot.retired { continue }
+            if op.hadDependencies.load(ordering: .relaxed) && Self.isWaitingAgain(op) { continue }
+            return op
+        }
+        return nil
+    }
+
+    /// Whether `op`, found ready before, has been given an unfinished dependency since
+    /// (and is not cancelled); if so it is unsignalled, under its own lock, where its
+    /// dependencies are counted down: the dependency that finishes later then finds
+    /// it unsignalled and signals it again.
+    @inline(never)
+    static func isWaitingAgain(_ op: Operation) -> Bool {
+        if op.cancelledFlag.load(ordering: .acquiring) { return false }
+        return op.guarded.locked { g -> Bool in
+            guard g.unfinished > 0 else { return false }
+            op.queueSync.readySignalled.store(false, ordering: .relaxed)
+            return true
+        }
+    }
+
+    /// The ready list `op` belongs on: its queue priority; when none was assigned and
+    /// the queue is not serial, its quality of service's (Foundation's rule:
+    /// userInteractive as veryHigh, userInitiated high, utility low, background
+    /// veryLow).
+    func level(of op: Operation) -> Int { op.queueLevel(serial: maxConcurrent == 1) }
+
+    /// Takes the operations that may start now and counts them as running in
+    /// `counts` (see ``OperationQueue/counts``).
+    mutating func takeStartable(_ counts: borrowing Atomic<UInt64>) -> Startable {
+        guard !suspended && batching == 0 else { return .none }
+        var out = Startable.none
+        // seq_cst load: after the RMW that set `scheduledBit` (see there).
+        while maxConcurrent < 0
+                || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent,
+              let op = popReady() {
+            counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            op.queueSlot.started = true
+            out.append(op)
+        }
+        return out
+    }
+}
+
+/// The operations a scheduling step lets start: almost always none or one, which
+/// need no array (and no allocation) on the per-operation path.
+enum Startable {
+    case none
+    case one(Operation)
+    case many([Operation])
+
+    mutating func append(_ op: Operation) {
+        switch self {
+        case .none: self = .one(op)
+        case .one(let first): self = .many([first, op])
+        case .many(var all):
+            self = .none
+            all.append(op)
+            self = .many(all)
+        }
+    }
+
+    var isEmpty: Bool { if case .none = self { return true } else { return false } }
+
+    func forEach(_ body: (Operation) -> Void) {
+        switch self {
+        case .none: break
+        case .one(let op): body(op)
+        case .many(let all): all.forEach(body)
+        }
+    }
+}

@@ -1,0 +1,134 @@
+import Synchronization
+
+// Readiness: when an operation may start, and how its queue hears of it.
+//
+// R1. Each operation counts its unfinished dependencies (`Guarded.unfinished`). An
+//     edge is counted before it is registered with the dependency, so a dependency
+//     that finishes in between cannot decrement before the increment.
+// R2. A finishing dependency counts its edge down in every dependent, under its own
+//     lock (FinishProtocol.swift, F2); the one that brings a count to zero tells the
+//     dependent. No queue ever rescans its waiting operations.
+// R3. An operation tells its queue it is ready exactly once (`queueSync.readySignalled`,
+//     written under the queue's lock). The queue decides, under its lock, whether a
+//     signal is that one.
+// R4. Readiness can turn false again: a new dependency, or a custom `isReady`. The
+//     queue then takes a ready, unstarted operation back (`operationBecameUnready`),
+//     and it is signalled again when it turns ready.
+// R5. A custom `isReady` that turns true without announcing it is asked again at the
+//     queue's next scheduling pass (`State.unannounced`), as Foundation's queue asks.
+// R6. Cancellation makes the base `isReady` true whatever the dependencies; a custom
+//     condition of the subclass still holds the operation.
+
+extension Operation {
+    /// One of our dependencies was removed, or had finished when it was added.
+    func dependencyFinished() {
+        let nowReady = guarded.locked { g -> Bool in
+            g.unfinished -= 1
+            return g.unfinished == 0
+        }
+        if nowReady { dependenciesSatisfied() }
+    }
+
+    /// Our last unfinished dependency is gone.
+    func dependenciesSatisfied() {
+        willChangeValue(forKey: "isReady")
+        didChangeValue(forKey: "isReady") // evaluates readiness for the queue
+        notify(.ready)
+    }
+
+    /// Tells the queue, exactly once, that this operation may start — if it is in a
+    /// queue and its (possibly overridden) `isReady` says so.
+    ///
+    /// The other way too: an operation the queue holds as ready but has not started, whose
+    /// `isReady` has turned false (a dependency added, a custom condition), is taken
+    /// back, and waits until it is ready again ("not considered ready to execute until
+    /// all of its dependent operations have finished"). Cancellation makes an operation
+    /// ready through the base ``isReady``, so a custom condition still holds it.
+    func evaluateReadiness() {
+        let signalled = queueSync.readySignalled.load(ordering: .acquiring)
+        if signalled && !hasOwnReadiness { return }
+        withPinnedQueue { queue in
+            guard !finishHandled.load(ordering: .acquiring) else { return }
+            // The dynamic `isReady` is read outside our lock: overrides call `super`.
+            let ready = isReady
+            if !ready && !signalled && !isPlainClass && guarded.locked({ $0.unfinished == 0 }) {
+                // Only its own condition holds it: ask again at the queue's next pass, in
+                // case it turns true without announcing it.
+                queue.watchReadiness(self)
+            }
+            if ready == signalled { return }
+            // The queue decides, under its lock, whether this is the one signal.
+            if ready {
+                queue.operationBecameReady(self)
+            } else if queue.operationBecameUnready(self) && isReady {
+                // It turned ready again while the queue took it back, and its
+                // notification found it still signalled: signal it now.
+                queue.operationBecameReady(self)
+            }
+        }
+    }
+
+    /// Whether readiness can turn false after the queue took the operation as ready: a
+    /// class of its own may override `isReady`, and any operation can be given a new
+    /// dependency. (A plain operation without dependencies skips the re-evaluation.)
+    var hasOwnReadiness: Bool { !isPlainClass || hadDependencies.load(ordering: .acquiring) }
+}
+
+extension OperationQueue {
+    func operationBecameReady(_ op: Operation) {
+        let (start, config) = state.locked { s -> (Startable, DispatchConfig?) in
+            // Exactly once, and never before `enqueue` has counted the operation (it
+            // re-evaluates readiness itself after registering it). Both checks are
+            // under our lock, which is where every write of these fields happens.
+            guard op.queueSlot.linked, !op.queueSync.readySignalled.load(ordering: .relaxed) else { return (.none, nil) }
+            op.queueSync.readySignalled.store(true, ordering: .relaxed)
+            s.push(op, level: s.level(of: op))
+            return (s.takeStartable(counts), DispatchConfig(s))
+        }
+        if let config { dispatch(start, config) }
+    }
+
+    /// Takes back an operation found ready that has not started, whose readiness turned
+    /// false; true when it did (it is then signalled again when it turns ready).
+    func operationBecameUnready(_ op: Operation) -> Bool {
+        state.locked { s -> Bool in
+            guard op.queueSlot.linked, op.queueSync.readySignalled.load(ordering: .relaxed), !op.queueSlot.started,
+                  !op.queueSlot.retired, s.ready.remove(op) else { return false }
+            op.queueSync.readySignalled.store(false, ordering: .relaxed)
+            return true
+        }
+    }
+
+    /// Moves a ready, unstarted operation to the list of its new priority (at its end,
+    /// as Foundation does), so that the queue starts it in that order.
+    func operationPriorityChanged(_ op: Operation) {
+        let (start, config) = state.locked { s -> (Startable, DispatchConfig?) in
+            guard op.queueSlot.linked, op.queueSync.readySignalled.load(ordering: .relaxed), !op.queueSlot.started,
+                  !op.queueSlot.retired, s.ready.remove(op) else { return (.none, nil) }
+            s.push(op, level: s.level(of: op))
+            return (s.takeStartable(counts), DispatchConfig(s))
+        }
+        if let config { dispatch(start, config) }
+    }
+
+    /// Lists `op`, a custom operation held only by its own `isReady`, to be asked again
+    /// at the next scheduling pass (see `State.unannounced`).
+    func watchReadiness(_ op: Operation) {
+        state.locked { s in
+            guard op.queueSlot.linked, !op.queueSync.readySignalled.load(ordering: .relaxed),
+                  !s.unannounced.contains(where: { $0 === op }) else { return }
+            s.unannounced.append(op)
+            s.refreshMode()
+            // Out of direct mode: every finish now takes the lock (see `scheduledBit`).
+            counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
+        }
+    }
+
+    /// Re-evaluates the readiness of operations listed in `State.unannounced` (each
+    /// reaches its queue through its pin). Out of line: a rare path, kept out of the
+    /// finish it is called from.
+    @inline(never)
+    static func askAgain(_ ops: [Operation]) {
+        for op in ops { op.evaluateReadiness() }
+    }
+}

@@ -1,0 +1,464 @@
+import CSpindle
+import Synchronization
+
+/// An abstract unit of work, with Foundation's `Operation` semantics, run on Spindle's
+/// work-stealing pool.
+///
+/// Subclass it and override ``main()`` for synchronous work, or override ``start()``,
+/// ``isAsynchronous``, ``isExecuting`` and ``isFinished`` for asynchronous work that
+/// reports its own completion with `willChangeValue(forKey: "isFinished")` /
+/// `didChangeValue(forKey: "isFinished")`, exactly as with Foundation.
+///
+/// ### Differences from Foundation on Linux (deliberate)
+/// - Readiness is tracked by a counter per operation, updated once per dependency
+///   edge when the dependency finishes: no queue rescans waiting operations.
+/// - ``removeDependency(_:)`` of the last unfinished dependency makes a queued
+///   operation start (Foundation on Linux leaves it stuck).
+/// - The completion block is cleared after it runs, as on Darwin.
+/// - Releasing the last reference to a very long dependency chain does not recurse.
+///
+/// ### Key-value observing
+/// Spindle's `Operation` is not an `NSObject`, so there is no KVO. The notifications
+/// that matter to operations — `isExecuting`, `isFinished`, `isReady`, `isCancelled` —
+/// are delivered through ``willChangeValue(forKey:)`` / ``didChangeValue(forKey:)``, and
+/// anyone can watch them with ``onStateChange(_:)``.
+///
+/// ### Where things are
+/// This file holds the type's stored state and every member a subclass can override
+/// (Swift allows overriding only what the class body declares). The machinery lives
+/// in `Operations/Internals`, one protocol per file: the start and its phases
+/// (`OperationLifecycle.swift`), the finish (`FinishProtocol.swift`), readiness and
+/// dependencies (`Readiness.swift`), the fields its queue owns (`QueueSlot.swift`),
+/// waiting (`Waiter.swift`).
+open class Operation: @unchecked Sendable {
+    // @unchecked: all mutable state is behind `guarded` (a Mutex) or atomics; the
+    // queue-owned fields are touched only under the owning queue's lock.
+
+    /// The engine's intrusive task node, through which a queue submits this operation
+    /// to the pool without allocating. It must stay the first stored property:
+    /// `TaskNode` (Runtime/UnsafeABI.swift) finds it, and the operation from it, by
+    /// the object's layout. Swift never reads it.
+    @exclusivity(unchecked) var engineTask = spindle_task(spindle_private: (nil, nil), run: nil)
+
+    /// Relative priority among the ready operations of one queue.
+    public enum QueuePriority: Int, Sendable, Comparable {
+        case veryLow = -8
+        case low = -4
+        case normal = 0
+        case high = 4
+        case veryHigh = 8
+
+        /// Orders priorities from ``veryLow`` to ``veryHigh``.
+        public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+
+        /// 0 (veryLow) ... 4 (veryHigh): the index of the queue's ready list.
+        var level: Int {
+            switch self {
+            case .veryLow: return 0
+            case .low: return 1
+            case .normal: return 2
+            case .high: return 3
+            case .veryHigh: return 4
+            }
+        }
+    }
+
+    /// A change in an operation's state, as delivered to ``onStateChange(_:)``.
+    public enum StateChange: Sendable, Equatable {
+        /// All dependencies finished (or the operation was cancelled): it may start.
+        case ready
+        /// It started executing.
+        case executing
+        /// It finished (ran, or was retired after cancellation).
+        case finished
+        /// ``cancel()`` was called.
+        case cancelled
+    }
+
+    /// Everything not listed below, under one lock (see `OperationState.swift`).
+    let guarded = Mutex(Guarded())
+    /// ``Phase``: pending → executing → finished (see `OperationLifecycle.swift`).
+    let phase = Atomic<UInt8>(Phase.pending.rawValue)
+    let cancelledFlag = Atomic<Bool>(false)
+    /// Set when the finish protocol begins, and when it has ended (see
+    /// `FinishProtocol.swift`).
+    let finishHandled = Atomic<Bool>(false)
+    let finishCompleted = Atomic<Bool>(false)
+    /// Set while the owning queue is calling `start()`, so a manual `start()` of a
+    /// queued operation can be told apart and refused.
+    let startedByQueue = Atomic<Bool>(false)
+    /// Flags that let the common operation skip a lock: it has no observers, no
+    /// waiters, no priority of its own, nothing for the finish to hand on under the
+    /// lock, no dependency ever (each is explained where it is read).
+    let hasObservers = Atomic<Bool>(false)
+    let hasWaiters = Atomic<Bool>(false)
+    let hasOwnPriority = Atomic<Bool>(false)
+    let needsFinishLock = Atomic<Bool>(false)
+    let hadDependencies = Atomic<Bool>(false)
+    /// ``queuePriority``, as its raw value (`priorityUnset` until it is assigned): read
+    /// on every add, without a lock.
+    let priorityWord = Atomic<Int>(Operation.priorityUnset)
+
+    /// The fields that belong to the queue this operation is added to, read from any
+    /// thread: which queue, the pins on that link, and who still needs the queue
+    /// list's reference (see `QueueSlot.swift`).
+    let queueSync = QueueSync()
+    /// The fields that belong to its queue and are written only under that queue's
+    /// lock: its place in the queue's list and what the queue did with it (see
+    /// `QueueSlot.swift`). Their synchronisation is that lock, so Swift's dynamic
+    /// exclusivity checks are off for them.
+    @exclusivity(unchecked) final var queueSlot = QueueSlot()
+    /// The strong reference behind `queueSync.word`, for an operation that code outside
+    /// the queue can reach (see `QueueSlot.swift`). Not under the queue's lock: set by
+    /// the thread that claimed the operation, dropped by its finish or its last pin.
+    @exclusivity(unchecked) var queueReference: OperationQueue?
+
+    /// ``BlockOperation``'s blocks, kept here so that it has no stored properties of its
+    /// own (see there). The first block is immutable, so running it takes no lock and no
+    /// copy: almost every BlockOperation has exactly this one block.
+    ///
+    /// Set by BlockOperation's convenience `init(block:)` (after `self.init()`: a second
+    /// designated initialiser, here or there, would stop subclasses' implicit
+    /// `super.init()` calls) and never changed after, so reading it needs no lock.
+    @exclusivity(unchecked) final var blockBody = BlockBody()
+    /// Blocks added with `addExecutionBlock(_:)`, in order: made by the first such call.
+    /// Out of line, so that the usual one-block operation is small and its deinit has no
+    /// lock and no array to destroy. The word holds a retained `MoreBlocks` (0: none),
+    /// released by deinit.
+    ///
+    /// Rejected: Synchronization's `AtomicLazyReference`. Its `load()` is not inlinable
+    /// and instantiates generic metadata on every call: 3% of a worker's time in the
+    /// `operation-throughput` profile (BlockOperation.main asks on every run), and
+    /// workers blocked on the runtime's metadata-cache lock when they first met it.
+    final let moreBlocksWord = Atomic<UInt>(0)
+
+    /// Creates an operation that is ready (no dependencies), not cancelled, in no queue.
+    public init() {}
+
+    deinit {
+        // Relaxed: deinit is the last access; whoever stored the box happened-before the
+        // release that brought us here.
+        let boxBits = moreBlocksWord.load(ordering: .relaxed)
+        if boxBits != 0 { MoreBlocks.unmanaged(boxBits).release() }
+        // Dependencies are released in a loop, not recursively (see ThreadState). Most
+        // operations have none and skip the lock and the thread-local bookkeeping.
+        guard hadDependencies.load(ordering: .acquiring) else { return }
+        let deps = guarded.locked { g in
+            let d = g.dependencies
+            g.dependencies = []
+            return d
+        }
+        guard !deps.isEmpty else { return }
+        // Take ourselves off each dependency's list of dependents. A dependency that is
+        // finishing right now holds its lock while it walks that list and touches us;
+        // taking the same lock here waits for it, so nobody touches this object after
+        // deinit returns. (We hold no lock of ours meanwhile: the finishing dependency
+        // takes ours inside its own.)
+        let me = Dependents.key(self)
+        for d in deps { _ = d.guarded.locked { $0.dependents.remove(key: me) } }
+        ThreadState.releaseIteratively(consume deps)
+    }
+
+    // MARK: - Subclassing points
+
+    /// Performs the operation's work. The default does nothing. Called by ``Operation/start()``
+    /// unless the operation was cancelled first.
+    open func main() {}
+
+    /// Starts the operation: runs ``main()`` on the calling thread and finishes.
+    ///
+    /// Operations in a queue are started by the queue; call `start()` yourself only on
+    /// an operation that is in no queue. A cancelled operation finishes without calling
+    /// ``main()``, and one that has already finished is left as it is. Override it
+    /// (without calling `super`) for asynchronous operations.
+    ///
+    /// Traps when the operation is already executing, belongs to a queue, or is not
+    /// ready (has unfinished dependencies): Foundation treats each of these as a
+    /// programmer error.
+    open func start() {
+        guard let (cancelled, byQueue) = claimStart() else { return }
+        // A plain Operation or BlockOperation — the exact class, which overrides none of
+        // the notification methods — gets their effect directly: eight dynamic calls
+        // and string comparisons fewer per operation. Subclasses, which may observe
+        // the notifications, get the calls, as with Foundation.
+        let plain = isPlainClass
+        if !cancelled {
+            if plain {
+                executingChanged()
+            } else {
+                willChangeValue(forKey: "isExecuting")
+                didChangeValue(forKey: "isExecuting") // observers hear `.executing` from here
+            }
+            if byQueue {
+                // The queue's runner has made us the thread's current operation.
+                if queueSlot.reportsProgress, let queue = ownerQueue {
+                    queue.withGuaranteedReference { $0.runReportingProgress(self) }
+                } else {
+                    main()
+                }
+            } else {
+                let state = ThreadState.current
+                let saved = state.currentOperation
+                state.currentOperation = Unmanaged.passUnretained(self)
+                main()
+                state.currentOperation = saved
+            }
+        }
+        if plain {
+            phase.store(Phase.finished.rawValue, ordering: .releasing)
+            finishProtocol()
+            return
+        }
+        completeStart()
+    }
+
+    /// Asks the operation to stop. Queued operations that have not started finish
+    /// without running ``main()``; a running operation should check ``isCancelled``.
+    /// Cancelling an operation that waits on dependencies makes it ready at once (a
+    /// custom ``isReady`` condition of its own still holds it). Cancelling one that has
+    /// finished has no effect.
+    open func cancel() {
+        if isFinished || finishHandled.load(ordering: .acquiring) { return }
+        if cancelledFlag.exchange(true, ordering: .acquiringAndReleasing) { return }
+        willChangeValue(forKey: "isCancelled")
+        didChangeValue(forKey: "isCancelled")
+        notify(.cancelled)
+        // A cancelled operation is ready regardless of its dependencies.
+        evaluateReadiness()
+    }
+
+    /// True once ``cancel()`` has been called.
+    open var isCancelled: Bool { cancelledFlag.load(ordering: .acquiring) }
+
+    /// True while ``start()`` is running the operation.
+    open var isExecuting: Bool { phase.load(ordering: .acquiring) == Phase.executing.rawValue }
+
+    /// True once the operation has finished.
+    open var isFinished: Bool { phase.load(ordering: .acquiring) == Phase.finished.rawValue }
+
+    /// False by default: the operation runs synchronously in ``start()``.
+    open var isAsynchronous: Bool { false }
+
+    /// The same as ``isAsynchronous`` (the older name).
+    open var isConcurrent: Bool { isAsynchronous }
+
+    /// True when every dependency has finished, or the operation is cancelled.
+    /// Override to add conditions of your own (call `super`), and report changes with
+    /// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`.
+    open var isReady: Bool {
+        isCancelled || guarded.locked { $0.unfinished == 0 }
+    }
+
+    // MARK: - Notifications (the part of KVO operations depend on)
+
+    /// Announces that the value for `key` is about to change. Kept for Foundation
+    /// compatibility; state is evaluated in ``didChangeValue(forKey:)``.
+    open func willChangeValue(forKey key: String) {}
+
+    /// Announces that the value for `key` changed. For `"isFinished"`, `"isReady"` and
+    /// `"isExecuting"` (also spelled without `is`), Spindle re-reads the state: this is
+    /// how a custom asynchronous operation tells its queue and dependents it finished.
+    open func didChangeValue(forKey key: String) {
+        switch key {
+        case "isFinished", "finished":
+            if isFinished { finishProtocol() }
+        case "isReady", "ready":
+            evaluateReadiness()
+        case "isExecuting", "executing":
+            executingChanged()
+        default:
+            break
+        }
+    }
+
+    /// The key-path spelling Foundation also offers: `willChangeValue(for: \.isFinished)`.
+    /// Calls ``willChangeValue(forKey:)`` with the property's name.
+    open func willChangeValue<Value>(for keyPath: KeyPath<Operation, Value>) {
+        willChangeValue(forKey: Operation.key(for: keyPath))
+    }
+
+    /// The key-path spelling Foundation also offers: `didChangeValue(for: \.isFinished)`.
+    /// Calls ``didChangeValue(forKey:)`` with the property's name, so that the state
+    /// keys have the same effect in either spelling.
+    open func didChangeValue<Value>(for keyPath: KeyPath<Operation, Value>) {
+        didChangeValue(forKey: Operation.key(for: keyPath))
+    }
+
+    // MARK: - Properties
+
+    /// A name for debugging and logging.
+    open var name: String? {
+        get { guarded.locked { $0.extras?.name } }
+        set { withExtras { $0.name = newValue } }
+    }
+
+    /// Priority relative to the other ready operations of the same queue. Changing it
+    /// while the operation waits in its queue for its turn moves it to its new place.
+    ///
+    /// Until it is assigned, it reads ``QueuePriority/normal``, and on a queue that is
+    /// not serial an operation with a ``qualityOfService`` of its own is ordered as
+    /// Foundation orders it: userInteractive as veryHigh, userInitiated as high, utility
+    /// as low, background as veryLow.
+    open var queuePriority: QueuePriority {
+        get { QueuePriority(rawValue: priorityWord.load(ordering: .relaxed)) ?? .normal }
+        set {
+            priorityWord.store(newValue.rawValue, ordering: .relaxed)
+            // The operation, which code outside the queue holds, holds its queue
+            // (`OperationQueue.counts`, rule 3).
+            if queueSync.readySignalled.load(ordering: .acquiring), inQueue {
+                withPinnedQueue { $0.operationPriorityChanged(self) }
+            }
+        }
+    }
+
+    /// The quality of service the operation runs at. When left at `.default`, the
+    /// queue's quality of service applies, or the one implied by ``threadPriority``.
+    open var qualityOfService: QualityOfService {
+        get { guarded.locked { $0.qualityOfService } }
+        set {
+            guarded.locked {
+                $0.qualityOfService = newValue
+                $0.qosExplicit = true
+            }
+            hasOwnPriority.store(true, ordering: .releasing)
+        }
+    }
+
+    /// The older, numeric form of priority: 0.0 (lowest) to 1.0 (highest), default 0.5.
+    ///
+    /// When no ``qualityOfService`` has been set, it selects the nearest class:
+    /// below 0.2 `.background`, below 0.4 `.utility`, below 0.6 `.default`, below 0.8
+    /// `.userInitiated`, otherwise `.userInteractive`.
+    open var threadPriority: Double {
+        get { guarded.locked { $0.extras?.threadPriority ?? 0.5 } }
+        set {
+            withExtras { $0.threadPriority = min(max(newValue, 0), 1) }
+            hasOwnPriority.store(true, ordering: .releasing)
+        }
+    }
+
+    /// Runs once, after the operation has finished (whether it ran or was cancelled),
+    /// and is then set to nil. It runs after the operation has been retired — its
+    /// dependents released, its queue's counts updated, its waiters woken — as a task
+    /// of its own on a worker of the operation's quality of service, outside any queue
+    /// (``OperationQueue/current`` is nil there), as Foundation runs it on a secondary
+    /// thread. So `waitUntilFinished()` may return before it has run.
+    open var completionBlock: (@Sendable () -> Void)? {
+        get {
+            // Through a struct, as in finishProtocol: no re-abstraction.
+            struct Box { let block: (@Sendable () -> Void)? }
+            return guarded.locked { Box(block: $0.completionBlock) }.block
+        }
+        set {
+            if newValue != nil { needsFinishLock.store(true, ordering: .sequentiallyConsistent) }
+            guarded.locked { $0.completionBlock = newValue }
+        }
+    }
+
+    /// The operations this one waits for (not the barriers its queue makes it wait for).
+    open var dependencies: [Operation] {
+        guarded.locked { $0.dependencies }.filter { !($0 is BarrierOperation) }
+    }
+
+    // MARK: - Dependencies
+
+    /// Makes this operation wait until `op` has finished. Works across queues, and on
+    /// an operation the queue holds as ready but has not started yet: it waits again.
+    ///
+    /// A dependency cycle, this operation included, is accepted, as by Foundation: none
+    /// of its operations becomes ready until one of them is cancelled (a cancelled
+    /// operation is ready whatever its dependencies, finishes without running
+    /// ``main()``, and so releases the next).
+    open func addDependency(_ op: Operation) {
+        let added = guarded.locked { g -> Bool in
+            if g.dependencies.contains(where: { $0 === op }) { return false }
+            g.dependencies.append(op)
+            return true
+        }
+        guard added else { return }
+        hadDependencies.store(true, ordering: .releasing)
+        // Count the edge first, then register with `op`. The other order races: `op`
+        // could finish between the two steps and decrement before we increment, and
+        // nobody would then notice that we became ready.
+        willChangeValue(forKey: "isReady")
+        guarded.locked { $0.unfinished += 1 }
+        didChangeValue(forKey: "isReady")
+        op.needsFinishLock.store(true, ordering: .sequentiallyConsistent)
+        let registered = op.guarded.locked { g -> Bool in
+            if op.finishHandled.load(ordering: .acquiring) { return false }
+            g.dependents.insert(self) // self too, for `op === self`: see finishProtocol
+            return true
+        }
+        // Already finished: the edge is satisfied at once.
+        if !registered { dependencyFinished() }
+    }
+
+    /// Stops waiting for `op`. If that was the last unfinished dependency of a queued
+    /// operation, the queue starts it.
+    open func removeDependency(_ op: Operation) {
+        let removed = guarded.locked { g -> Bool in
+            guard let i = g.dependencies.firstIndex(where: { $0 === op }) else { return false }
+            g.dependencies.remove(at: i)
+            return true
+        }
+        guard removed else { return }
+        let wasPending = op.guarded.locked { g -> Bool in
+            g.dependents.remove(key: Dependents.key(self))
+        }
+        if wasPending { dependencyFinished() }
+    }
+
+    // MARK: - Waiting
+
+    /// Blocks the calling thread until the operation has finished.
+    ///
+    /// The thread runs nothing else meanwhile, as Foundation documents: waiting inside an
+    /// operation while holding a lock, or with thread-local state, is safe. Called from
+    /// one of Spindle's workers, the pool runs a spare worker of the same class while
+    /// this one waits (``ThreadPool/Configuration/maxSpareWorkers``), so waits inside
+    /// operations cannot starve the pool. Traps when called from inside this same
+    /// operation, which would wait forever.
+    open func waitUntilFinished() {
+        if finishCompleted.load(ordering: .acquiring) { return }
+        if let current = ThreadState.current.currentOperation, current.toOpaque() == Unmanaged.passUnretained(self).toOpaque() {
+            fatalError("Operation.waitUntilFinished() was called from inside \(describe()) itself: it would wait forever")
+        }
+        hasWaiters.store(true, ordering: .sequentiallyConsistent)
+        var latch = spindle_latch()
+        spindle_latch_init(&latch)
+        withUnsafeMutablePointer(to: &latch) { l in
+            let registered = guarded.locked { g -> Bool in
+                if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
+                g.waiters.append(Waiter(latch: l))
+                return true
+            }
+            // Blocks this thread, whatever it is; a pool worker is compensated by a spare.
+            if registered { spindle_latch_wait_blocking(l) }
+        }
+    }
+
+    // MARK: - Identity (what Foundation's Operation inherits from NSObject)
+
+    /// Whether `object` is this operation. NSObject's default, which Foundation's
+    /// `Operation` keeps: identity. Overridable; ``==(_:_:)`` calls it.
+    open func isEqual(_ object: Any?) -> Bool {
+        guard let other = object as? Operation else { return false }
+        return other === self
+    }
+
+    /// A hash consistent with ``isEqual(_:)``: the object's identity unless overridden.
+    open var hash: Int { ObjectIdentifier(self).hashValue }
+
+    /// `<Class: address>`, what Foundation's operations print on Linux (NSObject's form).
+    open var description: String { "<\(type(of: self)): \(Unmanaged.passUnretained(self).toOpaque())>" }
+}
+
+/// Foundation's `Operation` is an NSObject, hence Hashable and printable: code that
+/// writes `queue.operations.contains(op)`, keeps operations in a `Set`, or reads
+/// `op.description` compiles against Spindle unchanged.
+extension Operation: Hashable, CustomStringConvertible {
+    /// `lhs.isEqual(rhs)`, as for NSObject.
+    public static func == (lhs: Operation, rhs: Operation) -> Bool { lhs.isEqual(rhs) }
+    /// Feeds ``hash`` to `hasher`, as for NSObject: an override of `hash` is honoured.
+    public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+}

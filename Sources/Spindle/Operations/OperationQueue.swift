@@ -1,0 +1,330 @@
+import CSpindle
+import Dispatch
+import Synchronization
+
+/// A queue that runs operations on Spindle's work-stealing pool, with the semantics of
+/// Foundation's `OperationQueue`.
+///
+/// Ready operations start in order of ``Operation/queuePriority`` (FIFO within a
+/// priority), at most ``maxConcurrentOperationCount`` at a time. An operation becomes
+/// ready when its dependencies finish — the queue is told once, by the last dependency
+/// to finish; it never rescans waiting operations.
+///
+/// ### How it schedules
+/// The queue keeps five FIFO ready lists (one per priority) under one lock, and its
+/// operation and running counts in one atomic word. Starting an operation submits it to
+/// the pool for its quality of service; an operation added from inside a running
+/// operation goes on the current worker's own deque (no shared cache line).
+///
+/// A queue at the default width and not suspended is in *direct mode*: a ready
+/// operation is submitted as it is added (nothing can be ahead of it), and finishing
+/// one takes no lock at all — one CAS on the counts — unless it is the last one
+/// unfinished or someone observes the queue's count or progress. Otherwise (a width
+/// limit, suspension) a finishing operation takes the lock to start the next ready
+/// ones. The queue keeps itself alive while it has unfinished operations.
+///
+/// The list behind ``operations`` is pruned lazily by the threads that add operations
+/// (and emptied when the queue drains), so the workers that finish operations never
+/// touch it or the lock that guards it.
+///
+/// Rejected alternative: Foundation-on-Linux's design, a list of all operations scanned
+/// on every scheduling pass for one that is ready. It is O(waiting) per pass, so a long
+/// dependency chain costs time quadratic in its length.
+///
+/// ### Where things are
+/// This file holds the queue's stored state and every member a subclass can override.
+/// The machinery lives in `Operations/Internals`, one protocol per file: adding an
+/// operation (`Enqueue.swift`), the list of operations (`QueueRegistry.swift`), the
+/// counts and the queue's lifetime (`QueueLifetime.swift`), direct mode
+/// (`DirectMode.swift`), readiness (`Readiness.swift`), the ready lists
+/// (`ReadyRings.swift`) and the runner that takes an operation from the engine to
+/// `start()` and on to the next (`ChainRunner.swift`).
+open class OperationQueue: @unchecked Sendable {
+    // @unchecked: mutable state is in `state` (under its lock) or in atomics.
+
+    /// The default for ``maxConcurrentOperationCount``: as many as the pool's width.
+    public static let defaultMaxConcurrentOperationCount: Int = -1
+
+    /// Everything the queue's lock guards (QueueState.swift).
+    let state: FutexLocked<State>
+    /// Keeps `counts` (which the finishing workers write) off the cache line of the
+    /// object header, whose reference count the adding thread changes when it adds an
+    /// operation it does not make itself (`Operation.queueReference`).
+    private let headerPadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+    /// Operations added and not finished, operations started and not finished, and the
+    /// `scheduledBit`, in one word: adding an operation and finishing one are one atomic
+    /// RMW each. The protocol that lets a finisher touch the queue only while it may is
+    /// in QueueLifetime.swift (L1-L3); the bit's, in DirectMode.swift.
+    let counts = Atomic<UInt64>(0)
+    /// Keeps the flags below off the line of `counts`. A finisher reads them before
+    /// its CAS; on that line (which the adding thread keeps writing) the reads would
+    /// fetch it shared, and the CAS fetch it again to own it.
+    private let countsPadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+    /// Set once ``progress`` is read, so that queues nobody tracks skip the lock.
+    let hasProgress = Atomic<Bool>(false)
+    /// Set once anyone observes `operationCount`, so unobserved queues skip the work.
+    let hasCountObservers = Atomic<Bool>(false)
+    /// Barriers added and not finished: counted in `counts` (the queue is not drained
+    /// while one waits) but not in ``operationCount``, which lists only what the program
+    /// added. Incremented after the barrier is counted in, decremented before it is
+    /// counted out, so that `operationCount` errs high, never low.
+    let pendingBarriers = Atomic<Int>(0)
+    /// Serialises the updates Spindle makes to the progress tree (`runReportingProgress`).
+    let progressLock = NSLock()
+    /// The quality of service assigned to the queue (its raw value; `Int.min`: none), for
+    /// the operations made by ``addOperation(_:)-(()->Void)``, which take it on as theirs,
+    /// as with Foundation.
+    let assignedQoS = Atomic<Int>(Int.min)
+    /// True for ``main``, whose width, suspension, name, quality of service and
+    /// underlying queue cannot be changed: it stays serial on the main thread.
+    let isMainQueue: Bool
+
+    /// Creates a queue. It starts operations as soon as they are ready.
+    public init() {
+        isMainQueue = false
+        state = FutexLocked(State())
+    }
+
+    init(main: Void) {
+        var s = State(name: "NSOperationQueue Main Queue")
+        s.maxConcurrent = 1
+        s.refreshMode()
+        s.underlyingQueue = DispatchQueue.main
+        s.qualityOfService = .userInteractive
+        isMainQueue = true
+        state = FutexLocked(s)
+        assignedQoS.store(QualityOfService.userInteractive.rawValue, ordering: .relaxed)
+        counts.store(OperationQueue.scheduledBit, ordering: .relaxed) // not yet shared
+    }
+
+    /// The queue of the main thread: runs its operations there, one at a time.
+    public static let main = OperationQueue(main: ())
+
+    /// The queue of the operation the calling thread is running; on the main thread,
+    /// outside any operation, the main queue; nil elsewhere.
+    public class var current: OperationQueue? {
+        if let q = ThreadState.current.currentQueue { return q.takeUnretainedValue() }
+        if Thread.isMainThread { return .main }
+        return nil
+    }
+
+    // MARK: - Adding
+
+    /// Adds an operation. It starts when it is ready and the queue has room.
+    ///
+    /// Traps when `op` is already in a queue (this one or another), executing or
+    /// finished: Foundation treats these as programmer errors.
+    open func addOperation(_ op: Operation) {
+        enqueue(op)
+    }
+
+    /// Wraps `block` in a ``BlockOperation`` and adds it.
+    ///
+    /// As in Foundation, a subclass that overrides ``addOperation(_:)-(Operation)``
+    /// sees the operation made here.
+    open func addOperation(_ block: consuming @escaping @Sendable () -> Void) {
+        let qos = assignedQoS.load(ordering: .relaxed)
+        guard type(of: self) == OperationQueue.self else {
+            let op = BlockOperation(block: block)
+            if qos != Int.min { op.qualityOfService = QualityOfService(rawValue: qos) ?? .default }
+            addOperation(op)
+            return
+        }
+        // An operation made here is seen by no other thread until it is registered: it
+        // needs none of the misuse checks (nor the claiming CAS), and the reference it was
+        // created with becomes the queue's list reference instead of being retained
+        // there and released here. Three atomic read-modify-writes fewer per operation.
+        let u = Unmanaged<Operation>.passRetained(BlockOperation(block: block))
+        u.withGuaranteedReference { op in
+            // The queue's assigned quality of service becomes the operation's (it then
+            // takes a lock and a flag: only on queues that were given one).
+            if qos != Int.min { op.qualityOfService = QualityOfService(rawValue: qos) ?? .default }
+            op.queueSync.word.store(UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()), ordering: .relaxed)
+            register(u, op, readyNow: true, fresh: true, isBarrier: false)
+        }
+    }
+
+    /// Adds several operations; with `wait`, blocks until they have all finished.
+    ///
+    /// The batch is enqueued whole before any of it starts, so a queue narrower than the
+    /// batch (or one being resumed) starts its operations in priority order, not in the
+    /// order of the array.
+    open func addOperations(_ ops: [Operation], waitUntilFinished wait: Bool) {
+        if ops.count > 1 {
+            // Held like a suspension: added operations wait on their ready lists, and
+            // finishing ones take the lock (`scheduledBit`) instead of starting more.
+            startWhatCan { $0.batching += 1 }
+            for op in ops { enqueue(op) }
+            startWhatCan { $0.batching -= 1 }
+        } else {
+            for op in ops { enqueue(op) }
+        }
+        if wait { for op in ops { op.waitUntilFinished() } }
+    }
+
+    /// Adds a barrier: `barrier` runs after every operation added before it has
+    /// finished, and operations added after it start only once it has finished.
+    ///
+    /// The barrier is the queue's own: it is not listed in ``operations``, counted in
+    /// ``operationCount``, or listed among the `dependencies` of the operations that wait
+    /// for it.
+    open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
+        let op = BarrierOperation(block: barrier)
+        let before = state.locked { s -> [Operation] in
+            s.lastBarrier = op
+            // The barrier's `dependencies` will list them.
+            return handOut(s.unfinished)
+        }
+        // Dependencies on operations that finish meanwhile are satisfied at once.
+        for p in before { op.addDependency(p) }
+        enqueue(op, isBarrier: true)
+    }
+
+    // MARK: - Control
+
+    /// Cancels every operation in the queue. Those not started finish without running
+    /// `main()`; their completion blocks still run. Works on ``main`` too.
+    ///
+    /// Pending barriers are cancelled too, as by Foundation: their blocks do not run,
+    /// but they still keep the operations added after them waiting until the ones
+    /// before them have finished.
+    open func cancelAllOperations() {
+        for op in state.locked({ handOut($0.unfinished) }) { op.cancel() }
+    }
+
+    /// Blocks the calling thread until the queue has no operations left. It runs nothing
+    /// else meanwhile; on one of Spindle's workers, the pool runs a spare worker while
+    /// it waits.
+    open func waitUntilAllOperationsAreFinished() {
+        var latch = spindle_latch()
+        spindle_latch_init(&latch)
+        withUnsafeMutablePointer(to: &latch) { l in
+            // Blocks this thread; a pool worker is compensated by a spare.
+            if registerDrainWaiter(Waiter(latch: l)) { spindle_latch_wait_blocking(l) }
+        }
+    }
+
+    /// The operations in the queue that have not finished, in the order they were added
+    /// (barriers, which the queue adds for itself, are not listed).
+    open var operations: [Operation] {
+        state.locked { handOut($0.unfinished) }.filter { !($0 is BarrierOperation) }
+    }
+
+    /// How many operations are in the queue and not finished (barriers not counted).
+    open var operationCount: Int {
+        // Barriers are counted out before they finish and in after they are added
+        // (`pendingBarriers`); reading their count on both sides of the total keeps a
+        // barrier that finishes meanwhile from making the result too low.
+        while true {
+            let barriers = pendingBarriers.load(ordering: .sequentiallyConsistent)
+            let total = unfinishedCount
+            if pendingBarriers.load(ordering: .sequentiallyConsistent) == barriers { return max(0, total - barriers) }
+        }
+    }
+
+    /// How many operations may run at once; ``defaultMaxConcurrentOperationCount``
+    /// (-1) means as many as the pool runs. 1 makes the queue serial. Lowering it does
+    /// not stop running operations. Values below -1 trap, as 0 would stall the queue
+    /// only on purpose: use ``isSuspended`` for that.
+    open var maxConcurrentOperationCount: Int {
+        get { state.locked { $0.maxConcurrent } }
+        set {
+            precondition(newValue >= -1, "OperationQueue.maxConcurrentOperationCount must be -1 (the default) or >= 0, got \(newValue)")
+            if isMainQueue { return } // stays serial, as with Foundation
+            startWhatCan { $0.maxConcurrent = newValue }
+        }
+    }
+
+    /// While true, the queue starts no operation; running ones continue, and added or
+    /// cancelled ones wait. Setting it back to false starts what is ready. The main
+    /// queue cannot be suspended (setting it has no effect, as with Foundation).
+    open var isSuspended: Bool {
+        get { state.locked { $0.suspended } }
+        set {
+            if isMainQueue { return }
+            startWhatCan { $0.suspended = newValue }
+        }
+    }
+
+    /// The queue's name: by default `NSOperationQueue 0x…`, with the queue's address,
+    /// as Foundation names it. Setting nil gives the empty name. The main queue's name
+    /// cannot be changed.
+    open var name: String? {
+        get {
+            state.locked { $0.name } ?? "NSOperationQueue \(Unmanaged.passUnretained(self).toOpaque())"
+        }
+        set {
+            if isMainQueue { return }
+            state.locked { $0.name = newValue ?? "" }
+        }
+    }
+
+    /// The quality of service for operations that do not set their own; the operations
+    /// that ``addOperation(_:)-(()->Void)`` makes take it on. Fixed on the main queue.
+    open var qualityOfService: QualityOfService {
+        get { state.locked { $0.qualityOfService } }
+        set {
+            if isMainQueue { return }
+            state.locked { s in
+                s.qualityOfService = newValue
+                assignedQoS.store(newValue.rawValue, ordering: .relaxed)
+            }
+        }
+    }
+
+    /// When set, operations run on this dispatch queue instead of Spindle's pool.
+    /// Changing it while the queue holds operations traps (Foundation forbids it too).
+    /// The main queue's is always `DispatchQueue.main`.
+    open var underlyingQueue: DispatchQueue? {
+        get { state.locked { $0.underlyingQueue } }
+        set {
+            if isMainQueue { return }
+            let ok = state.locked { s -> Bool in
+                guard unfinishedCount == 0 else { return false }
+                s.underlyingQueue = newValue
+                return true
+            }
+            if !ok { fatalError("OperationQueue.underlyingQueue was changed while the queue held operations") }
+        }
+    }
+
+    /// Progress of the queue. Once `totalUnitCount` is set, every operation whose
+    /// `main()` the queue runs to its end adds one completed unit, as with Foundation:
+    /// not cancelled operations, barriers, or operations that override `start()`
+    /// without calling `super`. While `main()` runs, a progress of one unit, a child
+    /// of this one, is current on its thread (`Progress.current()`), so a `Progress`
+    /// the operation makes becomes its implicit child.
+    open var progress: Progress {
+        hasProgress.store(true, ordering: .sequentiallyConsistent)
+        return state.locked { s in
+            if let p = s.progress { return p }
+            let p = Progress(totalUnitCount: 0)
+            s.progress = p
+            return p
+        }
+    }
+
+    // MARK: - Identity (what Foundation's OperationQueue inherits from NSObject)
+
+    /// Whether `object` is this queue: identity, NSObject's default. Overridable;
+    /// ``==(_:_:)`` calls it — so `OperationQueue.current == OperationQueue.main`
+    /// works as it does with Foundation.
+    open func isEqual(_ object: Any?) -> Bool {
+        guard let other = object as? OperationQueue else { return false }
+        return other === self
+    }
+
+    /// A hash consistent with ``isEqual(_:)``: the object's identity unless overridden.
+    open var hash: Int { ObjectIdentifier(self).hashValue }
+
+    /// `<Class: address>`, what Foundation's queues print on Linux (NSObject's form).
+    open var description: String { "<\(type(of: self)): \(Unmanaged.passUnretained(self).toOpaque())>" }
+}
+
+/// Foundation's `OperationQueue` is an NSObject, hence Hashable and printable.
+extension OperationQueue: Hashable, CustomStringConvertible {
+    /// `lhs.isEqual(rhs)`, as for NSObject.
+    public static func == (lhs: OperationQueue, rhs: OperationQueue) -> Bool { lhs.isEqual(rhs) }
+    /// Feeds ``hash`` to `hasher`, as for NSObject: an override of `hash` is honoured.
+    public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+}

@@ -1,0 +1,66 @@
+import CSpindle
+
+// The techniques below depend on how Swift lays out objects and passes closures, not
+// on anything the language promises. They are kept here, behind small functions, each
+// with the contract its callers rely on and a test that fails if a toolchain changes
+// what it relies on (Tests/SpindleTests/Runtime/UnsafeABITests.swift).
+
+/// An operation's engine task node (`Operation.engineTask`), found by the object's
+/// layout.
+///
+/// Rejected: a node allocated per submission. Freed where the task ran, it is a
+/// cross-thread free per operation; freed with the operation, it is still a second
+/// malloc/free pair per operation, and in a producer-bound queue every pair that
+/// glibc's thread cache cannot balance goes to its slow path.
+enum TaskNode {
+    // safety: `engineTask` is the first stored property of `Operation`, and a Swift
+    // class instance's stored properties start right after its header (isa pointer and
+    // reference counts, two words), for every subclass: a subclass's properties follow
+    // its superclass's. `_getUnsafePointerToStoredProperties` returns that address.
+    /// Where the node is: the first stored property, just past the object header.
+    @inline(__always)
+    static func node(of op: Operation) -> UnsafeMutablePointer<spindle_task> {
+        _getUnsafePointerToStoredProperties(op).assumingMemoryBound(to: spindle_task.self)
+    }
+
+    /// The object header's size: the node's offset from the object's address.
+    static let headerSize = 2 * MemoryLayout<UnsafeRawPointer>.size
+
+    // safety: `task` must be the `engineTask` of a live Operation (one the queue's list
+    // still holds: `QueueSync.runState`); the result is unretained.
+    /// The operation whose node `task` is. Unretained: the runner borrows the queue
+    /// list's reference until `runnerDone` (see `Operation.queueSync.runState`).
+    @inline(__always)
+    static func operation(of task: UnsafeMutablePointer<spindle_task>) -> Unmanaged<Operation> {
+        Unmanaged<Operation>.fromOpaque(UnsafeRawPointer(task) - headerSize)
+    }
+}
+
+extension Unmanaged {
+    /// Calls `body` with the object, without retaining it.
+    ///
+    /// safety: the caller guarantees the object stays alive for the whole call by some
+    /// other reference or protocol (the queue holding itself, the list's reference, a
+    /// lock its deinit takes). Used where a retain would be wrong, not only slow: on an
+    /// operation that may be in its deinit on another thread (FinishProtocol.swift,
+    /// F2), a retain and release would run that deinit twice. `body` must not capture
+    /// the object in an escaping closure.
+    @inline(__always)
+    func withGuaranteedReference<Result>(_ body: (Instance) throws -> Result) rethrows -> Result {
+        try _withUnsafeGuaranteedRef(body)
+    }
+}
+
+/// `spindle_swift_fork_join` (Sources/CSpindle/join.c), written in C with Swift's
+/// calling convention: it receives each closure as its two words and calls them as
+/// Swift would. The declaration's parameter types are its contract; see the C side for
+/// why this is not a Swift function.
+///
+/// safety: both closures are non-escaping arguments of this call, so their contexts
+/// outlive it; the engine borrows them only until `spindle_join` returns, before this
+/// call does. The C function must be compiled with `swiftcall` and `swift_context`,
+/// which clang provides on the platforms Swift runs on; `ThreadPool.joinPortable` is
+/// the fallback for a compiler without them (`-D SPINDLE_PORTABLE_JOIN`).
+@usableFromInline
+@_silgen_name("spindle_swift_fork_join")
+internal func _spindleSwiftForkJoin(_ pool: OpaquePointer, _ here: () -> Void, _ offered: () -> Void)
