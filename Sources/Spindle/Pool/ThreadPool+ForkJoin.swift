@@ -42,16 +42,49 @@ extension ThreadPool {
         // Both halves become `() -> Void` closures with contexts on this stack frame;
         // the engine borrows them for the duration of the call (see
         // `spindle_swift_fork_join`): no allocation, no reference counting.
+        #if SPINDLE_PORTABLE_JOIN
+        joinPortable(
+            {
+                do throws(E) { resultA = try a() } catch { failure = error }
+            },
+            { resultB = b() })
+        #else
         _spindleSwiftForkJoin(
             raw,
             {
                 do throws(E) { resultA = try a() } catch { failure = error }
             },
             { resultB = b() })
+        #endif
         // `b` has finished by now, whether or not `a` threw: it may have been using
         // memory the caller owns.
         if let failure { throw failure }
         return (resultA.unsafelyUnwrapped, resultB.unsafelyUnwrapped)
+    }
+
+    /// The fork-join of ``join(_:_:)`` through the engine's plain C interface
+    /// (`spindle_fork`/`spindle_join`), for a toolchain whose C compiler lacks
+    /// `swiftcall` (build with `-D SPINDLE_PORTABLE_JOIN`). It stores `offered` through
+    /// `withoutActuallyEscaping`, which allocates a wrapper and checks on return that it
+    /// did not escape: correct everywhere, and slower per fork than the `swiftcall`
+    /// entry point (Runtime/UnsafeABI.swift), which borrows both closures' words.
+    @usableFromInline
+    func joinPortable(_ here: () -> Void, _ offered: () -> Void) {
+        withoutActuallyEscaping(offered) { offered in
+            var stored = offered
+            withUnsafeMutablePointer(to: &stored) { closure in
+                var frame = spindle_join_frame()
+                frame.fn = { ctx in ctx.unsafelyUnwrapped.assumingMemoryBound(to: (() -> Void).self).pointee() }
+                frame.ctx = UnsafeMutableRawPointer(closure)
+                withUnsafeMutablePointer(to: &frame) { frame in
+                    spindle_fork(raw, frame)
+                    here()
+                    // Every fork is joined before the frame and the closure go away; a
+                    // thief has finished with both when `spindle_join` returns false.
+                    if spindle_join(raw, frame) { closure.pointee() }
+                }
+            }
+        }
     }
 
     /// Calls `body` once for every index in `0..<iterations`, in parallel on the calling

@@ -8,10 +8,7 @@ import XCTest
 /// Placement on machines described by the sysfs fixture trees in Fixtures/topology
 /// (made by scripts/make-topology-fixtures.py). Every expectation is written out.
 final class TopologyTests: XCTestCase {
-    func fixture(_ name: String) -> String {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/topology/\(name)").path
-    }
+    func fixture(_ name: String) -> String { Fixtures.topology(name) }
 
     func testTwoSocketsWithSMT() throws {
         let topo = try Topology.load(sysfsRoot: fixture("two-socket-smt"), cpus: "0-31")
@@ -220,8 +217,7 @@ final class LibnumaAtRunTimeTests: XCTestCase {
 final class TopologyErrorTests: XCTestCase {
     /// A copy of a fixture tree, to break.
     func copyOf(_ fixture: String) throws -> String {
-        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/topology/\(fixture)").path
+        let source = Fixtures.topology(fixture)
         let dest = NSTemporaryDirectory() + "spindle-topo-\(UUID().uuidString)"
         try FileManager.default.copyItem(atPath: source, toPath: dest)
         addTeardownBlock { try? FileManager.default.removeItem(atPath: dest) }

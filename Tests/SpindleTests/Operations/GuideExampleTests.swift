@@ -95,7 +95,7 @@ func performOperation(_ anOp: Spindle.Operation) -> Bool {
     return ranIt
 }
 
-final class SeedExampleTests: XCTestCase {
+final class GuideExampleTests: XCTestCase {
     func testNonConcurrentOperationRunsToCompletionInAQueue() {
         let q = OperationQueue()
         let op = MyNonConcurrentOperation(limit: 1000)

@@ -118,3 +118,12 @@ func completes(within seconds: Double = 20, _ body: @escaping @Sendable () -> Vo
     }
     return done.wait(timeout: .now() + seconds) == .success
 }
+
+/// The sysfs trees in Tests/SpindleTests/Fixtures/topology, which describe machines
+/// this one is not (several NUMA nodes, SMT, offline CPUs).
+enum Fixtures {
+    static func topology(_ name: String) -> String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/topology/\(name)").path
+    }
+}

@@ -1,0 +1,97 @@
+import CSpindle
+import Foundation
+@testable import Spindle
+import Synchronization
+import XCTest
+
+
+/// `join`, `concurrentPerform` and `run`: fork-join on the pool.
+final class ForkJoinTests: XCTestCase {
+    func testDeepRecursiveForkJoin() throws {
+        let pool = try ThreadPool()
+        XCTAssertEqual(pool.run { fib(pool, Stress.isTSan ? 18 : 24) }, Stress.isTSan ? 2584 : 46368)
+        // From outside the pool too (forks go through the injector).
+        XCTAssertEqual(fib(pool, 15), 610)
+    }
+
+    func testJoinWaitsForTheOtherHalfWhenTheFirstThrows() throws {
+        struct Boom: Error {}
+        let pool = try ThreadPool(workers: 2)
+        let finished = Atomic<Bool>(false)
+        XCTAssertThrowsError(try pool.run {
+            Result { try pool.join({ () throws -> Int in throw Boom() }, { () -> Int in
+                usleep(20_000)
+                finished.store(true, ordering: .releasing)
+                return 1
+            }) }
+        }.get())
+        XCTAssertTrue(finished.load(ordering: .acquiring), "join returned before its second half finished")
+    }
+
+    /// Join's halves reach the engine as borrowed closure words (no retain of their
+    /// contexts): results that own memory must come back intact whether a half ran
+    /// inline or on a thief, and what the closures captured must be released exactly
+    /// once, after the join.
+    func testJoinReturnsOwnedResultsAndReleasesCaptures() throws {
+        let pool = try ThreadPool(workers: 2)
+        @Sendable func sort(_ xs: ArraySlice<Int>) -> [Int] {
+            if xs.count <= 4 { return xs.sorted() }
+            let mid = xs.startIndex + xs.count / 2
+            let (l, r) = pool.join({ sort(xs[..<mid]) }, { sort(xs[mid...]) })
+            var out: [Int] = []
+            out.reserveCapacity(xs.count)
+            var i = 0, j = 0
+            while i < l.count && j < r.count {
+                if l[i] <= r[j] { out.append(l[i]); i += 1 } else { out.append(r[j]); j += 1 }
+            }
+            out += l[i...]
+            out += r[j...]
+            return out
+        }
+        let input = (0..<Stress.count(50_000)).map { ($0 &* 7919) % 10_007 }
+        for _ in 0..<4 {
+            XCTAssertEqual(pool.run { sort(input[...]) }, input.sorted())
+        }
+
+        let counter = ReleaseCounter()
+        let rounds = Stress.count(2_000)
+        pool.run {
+            for _ in 0..<rounds {
+                let left = Token(counter), right = Token(counter)
+                let (a, b) = pool.join({ [left] in String(describing: ObjectIdentifier(left)) },
+                                       { [right] in [ObjectIdentifier(right)] })
+                XCTAssertFalse(a.isEmpty)
+                XCTAssertEqual(b.count, 1)
+            }
+        }
+        XCTAssertEqual(counter.released.load(ordering: .relaxed), 2 * rounds)
+    }
+
+    func testJoinThrowsTheFirstHalfsTypedError() throws {
+        enum Parse: Error, Equatable { case bad(Int) }
+        let pool = try ThreadPool(workers: 2)
+        // Typed throws: the error keeps its static type through join.
+        let result: Result<(Int, Int), Parse> = pool.run {
+            Result { () throws(Parse) -> (Int, Int) in
+                try pool.join({ () throws(Parse) -> Int in throw .bad(7) }, { 1 })
+            }
+        }
+        XCTAssertEqual(result.map { $0.0 }, .failure(.bad(7)))
+        // A non-throwing first half needs no `try`.
+        let (x, y) = pool.join({ 2 }, { 3 })
+        XCTAssertEqual(x + y, 5)
+    }
+
+    func testConcurrentPerformCoversEveryIndexOnce() throws {
+        let pool = try ThreadPool()
+        for n in [0, 1, 7, 1000, Stress.count(300_000)] {
+            let counts = RunCounts(max(n, 1))
+            pool.concurrentPerform(iterations: n) { counts.hit($0) }
+            if n > 0 { XCTAssertEqual(counts.wrong.count, 0, "n = \(n)") }
+        }
+        // From inside a worker, nested in fork-join.
+        let counts = RunCounts(10_000)
+        pool.run { pool.concurrentPerform(iterations: 10_000, grain: 7) { counts.hit($0) } }
+        XCTAssertEqual(counts.wrong.count, 0)
+    }
+}
