@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the sysfs fixture trees under Tests/SpindleTests/Fixtures/topology/.
 
-Each tree holds only the files Spindle reads (topology.c). Run again after editing;
+Each tree holds only the files Spindle reads (topology_discovery.c). Run again after editing;
 the trees are committed so tests need no Python.
 """
 import os, shutil

@@ -1,26 +1,35 @@
 /*
  * internal.h — structures shared by the engine's files. Not installed; not seen by Swift.
  *
- * One file per concern:
- *   deque.c     Chase–Lev work-stealing deque (bounded ring, overflow to the injector)
- *   injector.c  multi-producer queue for submissions from outside the pool
- *   park.c      per-thread futex parking, the idle/searching accounting, wake-ups
- *   worker.c    the worker loop: finding work, stealing, running, sleeping
- *   join.c      fork-join frames, latches, parallel-for
- *   pool.c      create, submit, destroy (the design essay and the shutdown protocol)
- *   spawn.c     the thread that starts every worker, at the process's own priority
- *   spare.c     spare workers for workers blocked in a task, and the monitor that
- *               finds blocking Spindle cannot see
- *   topology.c  CPUs and NUMA nodes from sysfs, placement plans and steal tiers
- *   numa.c      libnuma, looked up at run time (dlopen), for node-local memory
- *   stats.c     counter snapshots and reports
- *   tsan.c      ThreadSanitizer annotations for locks TSan cannot see
- *   testing.c   direct access to a deque for the hammer tests
+ * One file per concern, each opening with its invariants (labels are unique across the
+ * engine: a label names one file's rule):
+ *   deque.c        Chase–Lev work-stealing deque (bounded ring, overflow to the injector)
+ *   deque_owner.h  the deque's owner side, push and take, inline
+ *   injector.c     multi-producer queue for submissions from outside the pool
+ *   park.c         per-thread futex parking, the idle/searching accounting, wake-ups
+ *   worker.c       the worker loop: finding work, stealing, running, sleeping
+ *   join.c         fork-join frames, latches, parallel-for
+ *   pool.c         create, submit, destroy (the design essay and the shutdown protocol)
+ *   spawn.c        the thread that starts every worker, at the process's own priority
+ *   spare.c        spare workers for workers blocked in a task, and the monitor that
+ *                  finds blocking Spindle cannot see
+ *   affinity.c     whose CPUs a new pool is planned for
+ *   topology_discovery.c  CPUs, caches and NUMA nodes from sysfs
+ *   topology_plan.c       placement plans and steal tiers
+ *   topology_internal.h   the structures those two share
+ *   numa.c         libnuma, looked up at run time (dlopen), for node-local memory
+ *   mutex.c        the futex mutex and the latch (spindle_sync.h)
+ *   stats.c        counter snapshots and reports
+ *   tsan.c         ThreadSanitizer annotations for locks TSan cannot see
+ *   testing.c      test-only access to the engine (spindle_testing.h)
+ *
+ * Below, each file's shared declarations are under its own heading.
  */
 #ifndef SPINDLE_INTERNAL_H
 #define SPINDLE_INTERNAL_H
 
 #include "spindle.h"
+#include "spindle_sync.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -67,8 +76,6 @@ _Static_assert(_Alignof(_Atomic(spindle_task *)) == _Alignof(void *), "atomic po
 static inline _Atomic(spindle_task *) *spindle_task_link(spindle_task *t) {
     return (_Atomic(spindle_task *) *)(void *)&t->spindle_private[0];
 }
-
-uint64_t spindle_now_ns(void);
 
 /* ------------------------------------------------------------------------------------
  * Injector (injector.c): Vyukov's intrusive MPSC queue, producers wait-free (one XCHG);
@@ -207,7 +214,7 @@ struct spindle_worker {
      * Cleared by the monitor when it finds it running again, or by the worker itself
      * when it parks, whichever comes first: a worker that parks is counted once. */
     bool counted_out;
-    /* Placement (topology.c's plan), fixed at creation. */
+    /* Placement (topology_plan.c), fixed at creation. */
     int32_t node;          /* NUMA node the worker lives on                        */
     int32_t mem_node;      /* node this struct and its deque ring come from        */
     int32_t *pin;          /* CPUs its thread is restricted to (npin 0: unpinned)  */
@@ -294,84 +301,24 @@ struct spindle_pool {
     cpu_set_t *affinity;
 };
 
+/* ---- worker.c ---------------------------------------------------------------------- */
 extern _Thread_local spindle_worker *spindle_tls_worker;
-
-/* worker.c */
 void *spindle_worker_main(void *arg);
 /* Runs pool work on worker `w` until `*latch` is SET (latch may not be NULL here). */
 void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);
-/* Worker `w` waits for `*latch` without running anything, counted out meanwhile
- * (join.c; spare.c). */
-void spindle_worker_block_on_latch(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_run_task(spindle_worker *w, spindle_task *t);
+/* Local push from worker `w`, then wake a sleeper if the pool needs one. */
+void spindle_worker_push(spindle_worker *w, spindle_task *t);
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
 
-/* numa.c: libnuma at run time. */
-/* 0 when NUMA memory policy is usable; otherwise 1, with why in `buf`. */
-int spindle_numa_unavailable_reason(char *buf, size_t size);
-/* Usable, and more than one node: pools then take their memory from libnuma. */
-bool spindle_numa_multinode(void);
-/* `node` < 0: no particular node. NULL on failure. Free with spindle_numa_free. */
-void *spindle_numa_alloc(size_t bytes, int32_t node);
-void spindle_numa_free(void *mem, size_t bytes);
+/* ---- join.c ------------------------------------------------------------------------ */
+/* Worker `w` waits for `*latch` without running anything, counted out meanwhile
+ * (spare.c). */
+void spindle_worker_block_on_latch(spindle_worker *w, _Atomic uint32_t *latch);
 
-/* topology.c */
-/* The largest CPU id + 1 Spindle handles; masks are CPU_ALLOC(SPINDLE_MAX_CPUS). */
-#define SPINDLE_MAX_CPUS 8192
-/* The CPUs a pool created by the calling thread is planned for, in a new mask of
- * CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS) bytes for the caller to CPU_FREE: the thread's own
- * affinity or, on a Spindle worker — which may be pinned to a single CPU — the mask
- * that worker's pool was planned for (topology.c, "Whose CPUs"). NULL on failure,
- * with errno set (ENOMEM, or sched_getaffinity's). */
-cpu_set_t *spindle_creator_affinity(void);
-/* The CPUs the process started with (the main thread's mask when the engine was
- * loaded), in a new mask as above. Process-wide pools are planned for it: set
- * spindle_tls_planning_for_process around their creation. */
-cpu_set_t *spindle_process_affinity(void);
-extern _Thread_local bool spindle_tls_planning_for_process;
-
-/* spare.c */
-/* Under idle.lock, from spindle_wake_one: when no worker is parked and some are counted
- * out as blocked, claims a spare slot, accounts the spare as a searcher, and returns it
- * for the caller to start (spindle_start_spare) once it has unlocked; NULL if none. */
-spindle_worker *spindle_claim_spare_locked(spindle_pool *pool);
-/* pool.c: makes spare slot `index` (a flat worker that steals from the pool's own
- * workers, with a small deque), vacant. NULL on allocation failure. */
-spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index);
-void spindle_start_spare(spindle_pool *pool, spindle_worker *w);
-/* Called by a spare whose wait for work timed out, under idle.lock, still listed as a
- * sleeper: takes it off the list and marks its slot vacant. */
-void spindle_retire_spare_locked(spindle_pool *pool, spindle_worker *w);
-/* Under idle.lock, by a worker about to park: if the monitor counted it out, counts it
- * in again (C1) and returns true — it is then already missing from the unparked count,
- * which its parking must not decrement a second time. */
-bool spindle_uncount_parking_locked(spindle_pool *pool, spindle_worker *w);
-/* Registers a pool with the monitor, and takes it off before it is freed. */
-void spindle_monitor_register(spindle_pool *pool);
-void spindle_monitor_unregister(spindle_pool *pool);
-/* A parked worker is being woken: a sleeping monitor starts watching again. */
-void spindle_monitor_poke(void);
-
-/* spawn.c */
-/* Starts a detached thread of the engine's own (the spawner, the monitor) running
- * `main_fn`, with a small stack and signals blocked but for the synchronous faults and
- * SIGPROF (spawn.c). 0 or pthread_create's error. */
-int spindle_start_service_thread(void *(*main_fn)(void *));
-/* Starts the pool's workers on the process's spawner thread, in worker order. Returns
- * 0, or the first pthread_create error with *started threads running. */
-int spindle_spawn_workers(spindle_pool *pool, uint32_t *started);
-/* Starts one spare worker's thread (detached) on the spawner, without waiting for it.
- * Returns 0 or ENOMEM; a failed pthread_create is handled by the spawner (the slot is
- * given back: spindle_spare_start_failed). */
-int spindle_spawn_spare(spindle_pool *pool, spindle_worker *w);
-/* False when a test's thread limit forbids the next worker (spindle_test_limit_threads). */
-bool spindle_test_thread_allowed(uint32_t started);
-void spindle_spare_start_failed(spindle_pool *pool, spindle_worker *w);
-/* Local push from worker `w`, then wake a sleeper if the pool needs one. */
-void spindle_worker_push(spindle_worker *w, spindle_task *t);
-
-/* park.c: the idle protocol */
+/* ---- park.c: the idle protocol ----------------------------------------------------- */
+uint64_t spindle_now_ns(void);
 /* `capacity`: the most workers that may park at once (the pool's and its spares). */
 int spindle_idle_init(spindle_idle *idle, uint32_t nworkers, uint32_t capacity);
 void spindle_idle_destroy(spindle_idle *idle);
@@ -425,7 +372,70 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_idle_wake_latch_waiter(spindle_worker *w);
 bool spindle_pool_has_pending_work(spindle_pool *pool);
 
-/* numa.c: libnuma at run time. */
+
+/* ---- pool.c ------------------------------------------------------------------------ */
+/* The most workers (and spare workers) a pool has. */
+#define SPINDLE_MAX_WORKERS 4096
+/* Makes spare slot `index` (a flat worker that steals from the pool's own workers,
+ * with a small deque), vacant. NULL on allocation failure. */
+spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index);
+
+/* ---- spawn.c ----------------------------------------------------------------------- */
+/* Starts a detached thread of the engine's own (the spawner, the monitor) running
+ * `main_fn`, with a small stack and signals blocked but for the synchronous faults and
+ * SIGPROF. 0 or pthread_create's error. */
+int spindle_start_service_thread(void *(*main_fn)(void *));
+/* Starts the pool's workers on the process's spawner thread, in worker order. Returns
+ * 0, or the first pthread_create error with *started threads running. */
+int spindle_spawn_workers(spindle_pool *pool, uint32_t *started);
+/* Starts one spare worker's thread (detached) on the spawner, without waiting for it.
+ * Returns 0 or ENOMEM; a failed pthread_create is handled by the spawner (the slot is
+ * given back: spindle_spare_start_failed). */
+int spindle_spawn_spare(spindle_pool *pool, spindle_worker *w);
+/* False when a test's thread limit forbids the next worker (spindle_test_limit_threads). */
+bool spindle_test_thread_allowed(uint32_t started);
+
+/* ---- spare.c ----------------------------------------------------------------------- */
+/* Under idle.lock, from spindle_wake_one: when no worker is parked and some are counted
+ * out as blocked, claims a spare slot, accounts the spare as a searcher, and returns it
+ * for the caller to start (spindle_start_spare) once it has unlocked; NULL if none. */
+spindle_worker *spindle_claim_spare_locked(spindle_pool *pool);
+void spindle_start_spare(spindle_pool *pool, spindle_worker *w);
+/* The spawner could not start spare `w`'s thread: gives its slot back. */
+void spindle_spare_start_failed(spindle_pool *pool, spindle_worker *w);
+/* Called by a spare whose wait for work timed out, under idle.lock, still listed as a
+ * sleeper: takes it off the list and marks its slot vacant. */
+void spindle_retire_spare_locked(spindle_pool *pool, spindle_worker *w);
+/* Under idle.lock, by a worker about to park: if the monitor counted it out, counts it
+ * in again (C1) and returns true — it is then already missing from the unparked count,
+ * which its parking must not decrement a second time. */
+bool spindle_uncount_parking_locked(spindle_pool *pool, spindle_worker *w);
+/* Registers a pool with the monitor, and takes it off before it is freed. */
+void spindle_monitor_register(spindle_pool *pool);
+void spindle_monitor_unregister(spindle_pool *pool);
+/* A parked worker is being woken: a sleeping monitor starts watching again. */
+void spindle_monitor_poke(void);
+
+/* ---- affinity.c -------------------------------------------------------------------- */
+/* The largest CPU id + 1 Spindle handles; masks are CPU_ALLOC(SPINDLE_MAX_CPUS). */
+#define SPINDLE_MAX_CPUS 8192
+/* The CPUs a pool created by the calling thread is planned for, in a new mask of
+ * CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS) bytes for the caller to CPU_FREE: the thread's own
+ * affinity or, on a Spindle worker — which may be pinned to a single CPU — the mask
+ * that worker's pool was planned for ("Whose CPUs"). NULL on failure, with errno set
+ * (ENOMEM, or sched_getaffinity's). */
+cpu_set_t *spindle_creator_affinity(void);
+/* The CPUs the process started with (the main thread's mask when the engine was
+ * loaded), in a new mask as above. Process-wide pools are planned for it: set
+ * spindle_tls_planning_for_process around their creation. */
+cpu_set_t *spindle_process_affinity(void);
+extern _Thread_local bool spindle_tls_planning_for_process;
+
+/* ---- topology_discovery.c, topology_plan.c ----------------------------------------- */
+#include "spindle_topology.h"
+bool spindle_topology_node_has_memory(const spindle_topology *t, uint32_t node_index);
+
+/* ---- numa.c: libnuma at run time --------------------------------------------------- */
 /* 0 when NUMA memory policy is usable; otherwise 1, with why in `buf`. */
 int spindle_numa_unavailable_reason(char *buf, size_t size);
 /* Usable, and more than one node: pools then take their memory from libnuma. */
@@ -433,9 +443,5 @@ bool spindle_numa_multinode(void);
 /* `node` < 0: no particular node. NULL on failure. Free with spindle_numa_free. */
 void *spindle_numa_alloc(size_t bytes, int32_t node);
 void spindle_numa_free(void *mem, size_t bytes);
-
-/* topology.c */
-#include "spindle_topology.h"
-bool spindle_topology_node_has_memory(const spindle_topology *t, uint32_t node_index);
 
 #endif /* SPINDLE_INTERNAL_H */

@@ -15,7 +15,7 @@
  * nothing from it. Loaded at run time, Spindle builds with nothing but the toolchain;
  * a multi-node machine with libnuma's runtime library (libnuma1, present wherever
  * numactl is) gets node-local memory, and one without it is scheduled as one node,
- * which topology.c reports once, naming the library, like its other fallbacks.
+ * which topology_discovery.c reports once, naming the library, like its other fallbacks.
  *
  * Rejected: calling mbind(2) directly. It would drop libnuma altogether, but libnuma
  * also knows the kernel's quirks (the node-mask width it must pass, nodes that are

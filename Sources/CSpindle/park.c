@@ -6,7 +6,7 @@
  *
  * 1. The parker: one futex word per worker (EMPTY / PARKED / NOTIFIED), the protocol of
  *    tokio's park and Rust's std thread parker. `unpark` leaves a token if the thread is
- *    not asleep yet, so an unpark that races ahead of its park is never lost (P1).
+ *    not asleep yet, so an unpark that races ahead of its park is never lost (K1).
  *
  * 2. The idle accounting, after tokio's idle.rs and Go's proc.go ("spinning" threads):
  *      state = (unparked << 32) | searching        one 64-bit word, seq_cst RMWs
@@ -134,7 +134,7 @@ void spindle_futex_wake(_Atomic uint32_t *word, int count) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
 }
 
-/* ---- the parker (P1) ---------------------------------------------------------------- */
+/* ---- the parker (K1) ---------------------------------------------------------------- */
 
 void spindle_parker_park(spindle_parker *p) {
     uint32_t expected = PARK_NOTIFIED;
@@ -198,7 +198,7 @@ bool spindle_parker_park_timeout(spindle_parker *p, uint64_t ns) {
 
 void spindle_parker_unpark(spindle_parker *p) {
     /* Release pairs with park's acquire. The exchange leaves the token even if the
-     * thread has not gone to sleep yet (P1); only a thread actually in PARKED needs the
+     * thread has not gone to sleep yet (K1); only a thread actually in PARKED needs the
      * syscall. */
     if (atomic_exchange_explicit(&p->state, PARK_NOTIFIED, memory_order_release) == PARK_PARKED)
         spindle_futex_wake(&p->state, 1);

@@ -50,7 +50,7 @@
  * Synchronization.Mutex, whose priority-inheritance futex put contended waiters to
  * sleep in the kernel at once.
  *
- * Placement (topology.c). Workers are spread over NUMA nodes in proportion to their
+ * Placement (topology_plan.c). Workers are spread over NUMA nodes in proportion to their
  * usable CPUs, restricted to their node's CPUs (or one CPU each), with their deque on
  * their node; a thief tries its SMT sibling, then its L3, then its node, then other
  * nodes by distance, taking a small batch when it crosses nodes.
@@ -100,6 +100,7 @@
  *      task it runs, and sleeping workers have nothing to cancel.
  */
 #include "internal.h"
+#include "spindle_testing.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -289,7 +290,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         spindle_config_init(&cfg);
     if (!out) return EINVAL;
     *out = NULL;
-    if (cfg.workers > 4096 || cfg.max_spares > 4096) return EINVAL;
+    if (cfg.workers > SPINDLE_MAX_WORKERS || cfg.max_spares > SPINDLE_MAX_WORKERS) return EINVAL;
     uint32_t cap = cfg.deque_capacity ? cfg.deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY;
     if (cap > (1u << 24)) return EINVAL;
     if (cfg.nice != SPINDLE_NICE_INHERIT && (cfg.nice < -20 || cfg.nice > 19)) return EINVAL;
@@ -303,7 +304,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     const spindle_plan *plan = cfg.plan;
     spindle_plan *own_plan = NULL;
     /* A process-wide pool is planned and sized for the process's CPUs, not its
-     * creator's (topology.c, "Whose CPUs"). */
+     * creator's (affinity.c, "Whose CPUs"). */
     bool was_planning_for_process = spindle_tls_planning_for_process;
     if (cfg.permanent) spindle_tls_planning_for_process = true;
     if (!plan) {
@@ -386,7 +387,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     }
     pool->alloc_ctx = cfg.alloc_ctx;
     atomic_init(&pool->pin_error, unplanned && cfg.pinning != SPINDLE_PIN_NONE ? unplanned : 0);
-    /* The CPUs it is planned for (topology.c, "Whose CPUs"): its unpinned workers start
+    /* The CPUs it is planned for (affinity.c, "Whose CPUs"): its unpinned workers start
      * on them, and pools its workers create are planned for them. */
     pool->affinity = cfg.permanent ? spindle_process_affinity() : spindle_creator_affinity();
     int rc = spindle_idle_init(&pool->idle, n, n + cfg.max_spares);

@@ -28,7 +28,7 @@
  *
  * What is not one-way a worker still takes from its pool's creator, as a thread the
  * creator started would: the CPU mask its pool was planned for (the creator's, unless
- * the creator is itself a pinned worker: topology.c, "Whose CPUs") and the creator's
+ * the creator is itself a pinned worker: affinity.c, "Whose CPUs") and the creator's
  * signal mask (a service that blocks SIGTERM in every thread but one that sigwait()s
  * for it must not find it delivered to a worker). Each request carries both. The
  * spawner itself blocks signals, for the same reason (all but the synchronous faults and
@@ -119,7 +119,7 @@ static void reset_in_child(void) {
  * exited) leaves the spawner with its creator's. */
 static void adopt_process_baseline(void) {
     pid_t main_tid = getpid();
-    /* And the process's CPUs (topology.c, "Whose CPUs"), not those of the thread that
+    /* And the process's CPUs (affinity.c, "Whose CPUs"), not those of the thread that
      * happened to start the spawner; each worker then gets its pool's own mask. */
     cpu_set_t *cpus = spindle_process_affinity();
     if (cpus) {

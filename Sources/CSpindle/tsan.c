@@ -7,7 +7,7 @@
  * section with these calls (see Locking.swift). The TSan runtime's entry points are
  * declared weak: without TSan they resolve to NULL and each call is one test.
  */
-#include "spindle.h"
+#include "spindle_sync.h"
 
 /* Weak: resolved to the TSan runtime's functions when it is linked in, NULL otherwise. */
 extern void __tsan_acquire(void *addr) __attribute__((weak));

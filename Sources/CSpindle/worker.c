@@ -13,7 +13,7 @@
  *      consumer try-lock feeds it for a while; all but the first go on its deque
  *      where others can steal them;
  *   4. as a searcher (see park.c, S1): the other workers' deques, oldest first, nearest
- *      tier first (SMT sibling, L3, node, other nodes by distance: topology.c, P3)
+ *      tier first (SMT sibling, L3, node, other nodes by distance: topology_plan.c, P3)
  *      from a random member of each tier, batch-stealing across nodes; and the
  *      injector again; for up to `spin_ns`, yielding the CPU every 16 rounds to any
  *      other runnable thread (see spindle_thread_request_slice for why) — or for one
@@ -100,7 +100,7 @@ static spindle_task *poll_injector(spindle_worker *w) {
     return batch[0];
 }
 
-/* Steals one task, nearest victims first (topology.c, P3): tier by tier, starting at
+/* Steals one task, nearest victims first (topology_plan.c, P3): tier by tier, starting at
  * a random member of each tier so that thieves spread over victims. From a worker on
  * another node it takes a batch (up to 4: one to run, the rest onto our deque), since
  * every cross-node trip moves cache lines across the interconnect anyway. */

@@ -141,7 +141,9 @@ typedef struct spindle_config {
 enum { SPINDLE_POLICY_NORMAL = 0, SPINDLE_POLICY_BATCH = 1, SPINDLE_POLICY_IDLE = 2 };
 #define SPINDLE_DEFAULT_SLICE_NS 100000u
 #define SPINDLE_SLICE_KERNEL UINT32_MAX
-#define SPINDLE_NICE_INHERIT INT32_MIN
+/* `nice` to keep the process's (INT32_MIN; a constant rather than a macro, which Swift
+ * would not import). */
+static const int32_t SPINDLE_NICE_INHERIT = -2147483647 - 1;
 
 #define SPINDLE_DEFAULT_DEQUE_CAPACITY 256u
 #define SPINDLE_DEFAULT_SPIN_NS 50000u
@@ -226,9 +228,6 @@ int spindle_pool_current_worker(const spindle_pool *pool);
 /** Pinning failures: 0, or the first error pthread_setaffinity_np returned (for
  *  instance for a plan describing CPUs this machine does not have). */
 int spindle_pool_pin_error(const spindle_pool *pool);
-/** How many tiers worker `w` steals in, and the node each worker lives on. */
-uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w);
-int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w);
 
 /** The pool whose worker is the calling thread, or NULL. */
 spindle_pool *spindle_current_pool(void);
@@ -346,56 +345,6 @@ __attribute__((swiftcall)) void spindle_swift_fork_join(
  */
 int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
                          void (*body)(void *ctx, size_t begin, size_t end), void *ctx);
-
-/*
- * Mutex
- * -----
- * A small futex mutex (spin briefly, then sleep) for the Swift façade's queues; see
- * mutex.c for why it is not Synchronization.Mutex. Zero-initialised memory is an
- * unlocked mutex. Not recursive; unlock only from the thread that locked.
- */
-typedef struct spindle_mutex {
-    uint32_t spindle_word; /* engine-owned */
-} spindle_mutex;
-
-void spindle_mutex_init(spindle_mutex *mutex);
-void spindle_mutex_lock(spindle_mutex *mutex);
-bool spindle_mutex_trylock(spindle_mutex *mutex);
-void spindle_mutex_unlock(spindle_mutex *mutex);
-
-/*
- * Latches
- * -------
- * A one-shot event for one waiter, who owns the latch (typically on its stack) and
- * registers it wherever the setter will find it. Initialise it on the thread that will
- * wait: that records whether the waiter is a pool worker. A worker waiting on a latch
- * keeps executing its pool's work instead of blocking (so waits inside pool work cannot
- * starve the pool); any other thread spins briefly, then sleeps on a futex — a worker of
- * another pool inside spindle_blocking_begin/end, so that its own pool is compensated.
- * The setter may touch the latch only up to the `spindle_latch_set` call: the waiter
- * may return, and the latch disappear, as soon as it is set.
- */
-typedef struct spindle_latch {
-    uint32_t spindle_state;  /* engine-owned */
-    uint32_t spindle_pad;
-    void *spindle_waiter;    /* engine-owned */
-} spindle_latch;
-
-void spindle_latch_init(spindle_latch *latch);
-void spindle_latch_set(spindle_latch *latch);
-void spindle_latch_wait(spindle_latch *latch);
-/** Waits without running other work on the waiting thread, which blocks; on a pool
- *  worker, inside spindle_blocking_begin/end (a spare keeps the pool's CPUs busy). For
- *  waits whose contract is to block the thread (an operation's waitUntilFinished): a
- *  nested task would run inside the waiter's critical sections and thread-local state. */
-void spindle_latch_wait_blocking(spindle_latch *latch);
-
-/** ThreadSanitizer annotations for locks TSan cannot see (Swift's Synchronization.Mutex
- *  is implemented in a library built without TSan): `acquire` after taking such a lock,
- *  `release` before dropping it, with the same address. No-ops unless the process runs
- *  under TSan. */
-void spindle_tsan_acquire(void *addr);
-void spindle_tsan_release(void *addr);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,10 @@
 extern "C" {
 #endif
 
+/** How many tiers worker `w` steals in, and the node each worker lives on. */
+uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w);
+int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w);
+
 typedef struct spindle_test_deque spindle_test_deque;
 
 /** A deque with `capacity` slots (rounded up to a power of two, >= 4) whose overflow

@@ -54,7 +54,7 @@ open class OperationQueue: @unchecked Sendable {
     /// Operations added and not finished, operations started and not finished, and the
     /// `scheduledBit`, in one word: adding an operation and finishing one are one atomic
     /// RMW each. The protocol that lets a finisher touch the queue only while it may is
-    /// in QueueLifetime.swift (L1-L3); the bit's, in DirectMode.swift.
+    /// in QueueLifetime.swift (LT1-LT3); the bit's, in DirectMode.swift.
     let counts = Atomic<UInt64>(0)
     /// Keeps the flags below off the line of `counts`. A finisher reads them before
     /// its CAS; on that line (which the adding thread keeps writing) the reads would

@@ -199,14 +199,14 @@ public final class ThreadPool: @unchecked Sendable {
         cfg.workers = UInt32(configuration.workers ?? 0)
         cfg.deque_capacity = UInt32(configuration.dequeCapacity)
         cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
-        cfg.nice = configuration.nice ?? Int32.min // SPINDLE_NICE_INHERIT
+        cfg.nice = configuration.nice ?? SPINDLE_NICE_INHERIT
         cfg.policy = configuration.policy.rawValue
         if let slice = configuration.timeSlice {
             let ns = slice.wholeNanoseconds
             guard ns >= 0, ns < Int64(UInt32.max) else {
                 throw Error.invalidConfiguration("timeSlice must be between 0 and ~4 s")
             }
-            cfg.slice_ns = ns == 0 ? UInt32.max /* SPINDLE_SLICE_KERNEL */ : UInt32(ns)
+            cfg.slice_ns = ns == 0 ? SPINDLE_SLICE_KERNEL : UInt32(ns)
         }
         cfg.pinning = Int32(configuration.pinning.engineValue.rawValue)
         // Process-wide pools never shut down: the engine then skips the shutdown

@@ -3,23 +3,23 @@ import Synchronization
 
 // The runner: how an operation goes from the engine to `start()`, and on to the next.
 //
-// C1. A started operation is submitted to the pool of its class through the task node
+// CR1. A started operation is submitted to the pool of its class through the task node
 //     inside it (Runtime/UnsafeABI.swift): submitting allocates nothing. The task
 //     holds no reference: the runner borrows the one the queue's list holds, which the
 //     list does not release before the runner is done (`QueueSync.runState`).
-// C2. The runner makes the operation and its queue the thread's current ones, calls
+// CR2. The runner makes the operation and its queue the thread's current ones, calls
 //     `start()`, and notices an unannounced finish when `start()` returns, as
 //     Foundation's queue does.
-// C3. When an operation finishes on a pool worker, the one its finish starts — the
+// CR3. When an operation finishes on a pool worker, the one its finish starts — the
 //     next of a serial queue, a dependent that became ready — takes this thread's
 //     continuation slot instead of a trip through the pool (`runChain`). Only one per
 //     finish, only for this worker's own pool, and only while the finish of the
 //     operation this runner is running is under way; every `chainLength` operations
 //     the runner yields if other work waits for its worker.
-// C4. The runner's last access to an operation is `runnerDone`; from there the queue's
+// CR4. The runner's last access to an operation is `runnerDone`; from there the queue's
 //     list may release it.
 
-/// The chain runner (C1-C4).
+/// The chain runner (CR1-CR4).
 enum ChainRunner {
     /// The runner's last access to `op`, which it ran: from here the queue's list may
     /// release it — or, if a drain has already unlinked it, the runner releases it.

@@ -15,17 +15,17 @@ import Synchronization
 // counts an operation in and holds none, and given to the finisher that drains it,
 // which drops it last. What makes that safe:
 //
-// L1. A finisher touches the queue after its decrement only if it decremented under
-//     the lock, or its operation holds the queue (L3). Every other finisher decrements
+// LT1. A finisher touches the queue after its decrement only if it decremented under
+//     the lock, or its operation holds the queue (LT3). Every other finisher decrements
 //     with one CAS that succeeds only when the queue needs nothing more from it —
 //     another unfinished operation remains, the queue is in direct mode
 //     (`scheduledBit` clear), and nobody observes its count or progress — and then it
 //     touches nothing.
-// L2. "Drained" is decided under the lock, where operations are counted in: the
+// LT2. "Drained" is decided under the lock, where operations are counted in: the
 //     finisher that reads zero there takes the self-reference. A finisher still on its
-//     way to the lock has its operation counted (L1: it decrements there) or holds the
-//     queue (L3), so zero cannot be read while it needs the queue.
-// L3. An operation that code other than the queue's can reach — one the program made,
+//     way to the lock has its operation counted (LT1: it decrements there) or holds the
+//     queue (LT3), so zero cannot be read while it needs the queue.
+// LT3. An operation that code other than the queue's can reach — one the program made,
 //     or one `operations` handed out — holds its queue (`Operation.queueReference`):
 //     its `cancel()` and readiness changes reach the queue from any thread at any
 //     moment, including while it finishes. So does one made by the block form of

@@ -1,0 +1,71 @@
+/*
+ * spindle_sync.h — the engine's synchronisation primitives that the Swift façade uses:
+ * a futex mutex, a one-shot latch that knows about pool workers, and ThreadSanitizer
+ * annotations. Not part of the pool's API (spindle.h); the façade's queues are built
+ * on them.
+ */
+#ifndef SPINDLE_SYNC_H
+#define SPINDLE_SYNC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Mutex
+ * -----
+ * A small futex mutex (spin briefly, then sleep) for the Swift façade's queues; see
+ * mutex.c for why it is not Synchronization.Mutex. Zero-initialised memory is an
+ * unlocked mutex. Not recursive; unlock only from the thread that locked.
+ */
+typedef struct spindle_mutex {
+    uint32_t spindle_word; /* engine-owned */
+} spindle_mutex;
+
+void spindle_mutex_init(spindle_mutex *mutex);
+void spindle_mutex_lock(spindle_mutex *mutex);
+bool spindle_mutex_trylock(spindle_mutex *mutex);
+void spindle_mutex_unlock(spindle_mutex *mutex);
+
+/*
+ * Latches
+ * -------
+ * A one-shot event for one waiter, who owns the latch (typically on its stack) and
+ * registers it wherever the setter will find it. Initialise it on the thread that will
+ * wait: that records whether the waiter is a pool worker. A worker waiting on a latch
+ * keeps executing its pool's work instead of blocking (so waits inside pool work cannot
+ * starve the pool); any other thread spins briefly, then sleeps on a futex — a worker of
+ * another pool inside spindle_blocking_begin/end, so that its own pool is compensated.
+ * The setter may touch the latch only up to the `spindle_latch_set` call: the waiter
+ * may return, and the latch disappear, as soon as it is set.
+ */
+typedef struct spindle_latch {
+    uint32_t spindle_state;  /* engine-owned */
+    uint32_t spindle_pad;
+    void *spindle_waiter;    /* engine-owned */
+} spindle_latch;
+
+void spindle_latch_init(spindle_latch *latch);
+void spindle_latch_set(spindle_latch *latch);
+void spindle_latch_wait(spindle_latch *latch);
+/** Waits without running other work on the waiting thread, which blocks; on a pool
+ *  worker, inside spindle_blocking_begin/end (a spare keeps the pool's CPUs busy). For
+ *  waits whose contract is to block the thread (an operation's waitUntilFinished): a
+ *  nested task would run inside the waiter's critical sections and thread-local state. */
+void spindle_latch_wait_blocking(spindle_latch *latch);
+
+/** ThreadSanitizer annotations for locks TSan cannot see (Swift's Synchronization.Mutex
+ *  is implemented in a library built without TSan): `acquire` after taking such a lock,
+ *  `release` before dropping it, with the same address. No-ops unless the process runs
+ *  under TSan. */
+void spindle_tsan_acquire(void *addr);
+void spindle_tsan_release(void *addr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPINDLE_SYNC_H */
