@@ -1,8 +1,8 @@
 /*
  * deque_owner.h — the owner's side of the Chase–Lev deque (deque.c): push and take.
  *
- * Inline, because they are the whole cost of a fork that nobody steals: a call each
- * for push, pop and the wake-up check was ~a fifth of a Swift `join` (measured). The
+ * Inline, because they are the whole cost of a fork that nobody steals, where a call
+ * each for push, pop and the wake-up check would be a large share of a `join`. The
  * invariants (I1–I4) and references are at the top of deque.c; "Lê push/take" cite
  * the lines of Figure 1 of Lê, Pop, Cohen and Zappa Nardelli (PPoPP 2013).
  */

@@ -8,9 +8,9 @@
  * Why not Synchronization.Mutex: on Linux it is a priority-inheritance futex
  * (FUTEX_LOCK_PI). Under the contention an operation queue sees — the thread adding
  * operations and every worker finishing them take the same lock, each for well under a
- * microsecond — PI waiters go through the kernel's rt_mutex path and sleep; the
- * benchmark spent more time in context switches than in the queue (operation-throughput
- * profile: _lockSlow 18%, kernel scheduler ~30%). Here a contender first spins briefly,
+ * microsecond — PI waiters go through the kernel's rt_mutex path and sleep, and a queue
+ * under load spends more time in context switches than in its own code. Here a
+ * contender first spins briefly,
  * since the holder is almost always about to release, and only then sleeps.
  * Rejected: a pure spinlock (a preempted holder on a 2-CPU VM would make the others
  * burn their whole slice) and pthread's adaptive mutex (its spin is tuned for long

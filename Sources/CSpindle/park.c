@@ -51,11 +51,9 @@
  * runnable for milliseconds (EEVDF keeps a waking thread that has used its share off
  * the CPU, and an idle CPU elsewhere pulls it only at the next balancing pass). Then
  * every other worker stays parked, since each submission sees "somebody is
- * searching", and outside submissions pile up in the injector with a CPU idle. On our
- * 2-vCPU VMs, in the operation-throughput benchmark: the injector held 10-20 thousand
- * tasks for 1-3 ms at a time, with one worker parked and the searcher preempted on
- * the submitter's CPU (measured with a state dump at each stall and sched tracing).
- * So an outside submission that finds SPINDLE_BACKLOG_WAKE tasks or more already
+ * searching", and outside submissions pile up in the injector with a CPU idle — on a
+ * small VM, thousands of tasks for milliseconds at a time, with one worker parked and
+ * the searcher preempted on the submitter's CPU. So an outside submission that finds SPINDLE_BACKLOG_WAKE tasks or more already
  * queued wakes a sleeper whatever the searching count says: a running searcher drains
  * the injector in batches, so a backlog that size means the searchers are not keeping
  * up, or not running. The woken worker counts as a searcher like any other. This only
@@ -73,24 +71,22 @@
  * could only delay the thread that woke it, which is usually the producer of any
  * further work and often an event loop, and the yield in the search loop does not hand
  * the CPU back: EEVDF's sched_yield moves the yielder's deadline by one of its slices
- * (100 µs asked for, worth ~41 µs of virtual time at nice -4), so a higher-weight
- * worker stays the earliest eligible deadline through every yield. Measured with both
- * CPUs saturated by background work: submit() of a userInteractive task returned after
- * 57 µs at the median (the whole spin), and after 4.7 µs with this rule; start latency
- * unchanged at the median, p99 4.5-5.4 µs against 6.0-7.1 µs before.
+ * (100 µs asked for, worth less virtual time at a negative nice), so a higher-weight
+ * worker stays the earliest eligible deadline through every yield, and the submitter
+ * gets its CPU back only when the whole spin is over. With this rule it gets it back
+ * when the task is done (the `qos-under-load` case of the benchmark).
  * Why only against a lower-ranked waker: at equal weight the yield does hand the CPU
  * back, and the spinning searcher is what keeps a streaming producer from waking a
- * sleeper per submission (S1). Applied to the default pool, the rule tripled the parks
- * in the operation-throughput loop (200-870 per 100 000 operations against 40-290) and
- * cost ~10% of its speed. The worker loses nothing that the spin would have found: the
+ * sleeper per submission (S1). Applied to the default pool, the rule would multiply the
+ * parks of a streaming producer's pool and slow it down. The worker loses nothing that the spin would have found: the
  * work it would have waited for comes from the thread it is keeping off the CPU, or
  * from other CPUs, whose own workers it wakes. Only the spin is shortened — a spin of
  * any length, down to the configurable minimum, is covered by the argument above.
  * `waker_cpu` is written by the waker under `lock` and read by the wakee under it.
  *
  * Idle CPU. A parked worker is blocked in FUTEX_WAIT and consumes nothing; a searcher
- * spins for at most `spin_ns` (50 µs by default — a futex wake costs ~26 µs on our VMs,
- * so a short spin hides the wake for bursts) and then parks. There are no timers: an
+ * spins for at most `spin_ns` (50 µs by default, about twice what a futex wake costs on
+ * a VM: docs/performance.md) and then parks, so a short spin hides the wake for bursts. There are no timers: an
  * idle pool is fully asleep within one spin period.
  */
 #include "internal.h"
@@ -248,11 +244,11 @@ bool spindle_idle_stop_searching(spindle_idle *idle) {
  * except that a submission from outside the pool prefers a sleeper pinned to the
  * submitting thread's own CPU, when the pool pins one worker per CPU.
  *
- * Why: on these VMs a thread woken onto another vCPU waits for an inter-processor
+ * Why: on a VM a thread woken onto another vCPU waits for an inter-processor
  * interrupt, and when that vCPU is busy (say, with background work this wake-up is
- * meant to preempt) the wake-up took 13 µs at the median and 20–50 µs at p99. Woken on
- * the submitter's own CPU it preempts the submitter there: 3.6 µs median, 6 µs p99
- * (measured with both CPUs saturated by SCHED_IDLE work). The price is the submitter's
+ * meant to preempt) the wake-up is several times slower, with a long tail. Woken on
+ * the submitter's own CPU it preempts the submitter there at once (the
+ * `qos-under-load` case in docs/performance.md). The price is the submitter's
  * CPU for the length of the task, which is what a high-priority class asks for — the
  * userInteractive worker set is pinned per CPU for exactly this (QoSPools.swift).
  * Local pushes (a worker spawning work) never get the preference: the sleeper on the
@@ -386,8 +382,8 @@ static bool quiescent_locked(spindle_pool *pool) {
      * us again once it has pushed. When we read 0 here, every accepted submission has
      * finished its push (release decrement), so the queues below show it.
      * Without this check a worker could declare quiescence while a submitter that had
-     * passed its shutdown check was still pushing, and its task was lost (the
-     * racing-shutdown test caught 1 in ~200 rounds at SPINDLE_STRESS=20). */
+     * passed its shutdown check was still pushing, and its task was lost
+     * (testSubmitsRacingShutdownAreRunOrRefusedNeverLost). */
     if (atomic_load_explicit(&pool->shutdown, memory_order_seq_cst) == 0) return false;
     if (atomic_load_explicit(&pool->submitters, memory_order_seq_cst) != 0) return false;
     uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_relaxed);

@@ -20,7 +20,8 @@
  * A joiner whose frame was stolen keeps running other work until the thief finishes.
  *
  * Sleeping (park.c). Idle workers must cost nothing, but waking a parked thread costs
- * ~26 µs on these VMs, against ~28 ns for a cache-line hand-off between cores. So a
+ * three orders of magnitude more than a cache-line hand-off between running cores
+ * (docs/performance.md gives both, measured on the benchmark's machine). So a
  * worker that runs dry first *searches* (steals, polls the injector) for up to 50 µs,
  * then parks on its own futex. At most half the workers search at once; a producer
  * wakes a sleeper only when nobody is searching; the last searcher to find work wakes
@@ -188,8 +189,8 @@ static void deque_dealloc(void *mem, size_t bytes, void *ctx) {
  * owner writes on every task (bottom, the counters) then live on the node it runs on,
  * and a thief from another node pays the remote access, not the owner.
  *
- * Rejected: one array of all workers allocated by the creating thread (what Spindle did
- * before): first touch put every worker's hot lines on the creator's node. Also rejected:
+ * Rejected: one array of all workers allocated by the creating thread: first touch
+ * would put every worker's hot lines on the creator's node. Also rejected:
  * first touch from the worker thread itself (allocate in spindle_worker_main): the pool
  * must know every worker's address before any of them runs (thieves index `workers[]`
  * from their first search), and a failed allocation there could not fail the create.

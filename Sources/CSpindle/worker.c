@@ -145,8 +145,8 @@ static void found_work(spindle_worker *w) {
     w->searching = false;
     /* S2: the last searcher to find work wakes the next one — if there is more work.
      * Waking unconditionally (tokio, Go) costs the task we just found a futex wake
-     * into a possibly halted vCPU before it starts: 10+ µs of latency on our VMs for a
-     * lone task, measured. Conditional is still safe: it is the Dekker pairing of
+     * into a possibly halted vCPU before it starts, which is the whole latency of a lone
+     * task on a VM. Conditional is still safe: it is the Dekker pairing of
      * park.c again — our decrement (seq_cst RMW), a full fence, then a look at the
      * queues, against a submitter's push, fence, look at the count. Either we see its
      * task and wake someone, or it sees no searcher and wakes someone. */
@@ -269,9 +269,8 @@ typedef struct spindle_sched_attr {
  * Why workers ask for one: a thread's virtual deadline is its eligible time plus its
  * slice, and a waking thread preempts the running one only if its deadline is earlier.
  * With the default slice (~3 ms), a worker woken by a submitter on the same CPU (where
- * this VM's scheduler places it) waited for the submitter to block: idle-pool start
- * latency 3.6-4 us, 1.16-1.22x Dispatch. With 100 us it preempts at once: ~3.0 us,
- * 0.76-0.92x (bench `latency`). The cost is more preemption of the workers under
+ * the scheduler often places it) waits for the submitter to block; with 100 us it
+ * preempts at once (the `latency` case of the benchmark). The cost is more preemption of the workers under
  * contention, which is also what lets interactive work in. Public so that the
  * benchmark's bare hand-off (`qos-under-load`'s handoff-floor) runs the same code. */
 int spindle_thread_request_slice(uint32_t ns) {

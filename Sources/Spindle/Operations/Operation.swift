@@ -127,9 +127,9 @@ open class Operation: @unchecked Sendable {
     /// released by deinit.
     ///
     /// Rejected: Synchronization's `AtomicLazyReference`. Its `load()` is not inlinable
-    /// and instantiates generic metadata on every call: 3% of a worker's time in the
-    /// `operation-throughput` profile (BlockOperation.main asks on every run), and
-    /// workers blocked on the runtime's metadata-cache lock when they first met it.
+    /// and instantiates generic metadata on every call (BlockOperation.main asks on every
+    /// run), and workers block on the runtime's metadata-cache lock when they first
+    /// meet it.
     final let moreBlocksWord = Atomic<UInt>(0)
 
     /// Creates an operation that is ready (no dependencies), not cancelled, in no queue.

@@ -12,7 +12,7 @@ enum ClosureTask {
 
     /// The closure in a struct: memory typed as a bare function type is generic storage,
     /// and a closure stored there is re-abstracted — wrapped in a thunk, one allocation
-    /// per submit (measured: two mallocs per task instead of one).
+    /// per submit (two mallocs per task instead of one).
     struct Stored {
         let work: Work
     }
@@ -63,11 +63,10 @@ func takeTaskPayload<P>(_ task: UnsafeMutablePointer<spindle_task>, _: P.Type, a
 ///
 /// The per-task nodes are allocated with this, not `UnsafeMutableRawPointer.allocate`:
 /// on Linux the standard library turns an allocation at the default alignment into
-/// `swift_slowAlloc(size, ~0)`, which the runtime serves with `posix_memalign` (seen in
-/// the `operation-throughput` profile). glibc's aligned path bypasses its per-thread
-/// cache (tcache) on allocation but not on free, so every such node went through
-/// `_int_malloc`, and the frees overflowed the cache into `_int_free`. malloc's 16-byte
-/// alignment is enough for every node type here.
+/// `swift_slowAlloc(size, ~0)`, which the runtime serves with `posix_memalign`. glibc's
+/// aligned path bypasses its per-thread cache (tcache) on allocation but not on free, so
+/// every such node would go through `_int_malloc`, and the frees would overflow the
+/// cache into `_int_free`. malloc's 16-byte alignment is enough for every node type here.
 @inline(__always)
 func spindleMalloc(_ byteCount: Int) -> UnsafeMutableRawPointer {
     guard let p = malloc(byteCount) else { fatalError("Spindle: out of memory allocating a task node (\(byteCount) bytes)") }

@@ -20,21 +20,19 @@ import Synchronization
 /// userInteractive workers are pinned one per CPU so that work submitted from outside
 /// the pool wakes the worker on the submitting thread's own CPU, which preempts the
 /// submitter there at once instead of waiting for an interrupt to reach another,
-/// possibly busy, CPU: with both CPUs saturated by background work, that took the
-/// start latency from 13 µs to 3.6 µs at the median and from 20–50 µs to ~6 µs at p99
-/// on our VMs (see `pick_sleeper_locked` in park.c). Pinning costs the class little:
-/// its workers preempt everything else on their CPU anyway. A worker woken that way
-/// runs the work it finds and parks without spinning (park.c, G1), so the submitter —
-/// often an event loop — has its CPU back as soon as the task is done: submit()
-/// returned in 4.7 µs at the median under load, against 57 µs while the worker spun.
+/// possibly busy, CPU (see `pick_sleeper_locked` in park.c; the start latencies are in
+/// docs/performance.md, `qos-under-load`). Pinning costs the class little: its workers
+/// preempt everything else on their CPU anyway. A worker woken that way runs the work it
+/// finds and parks without spinning (park.c, G1), so the submitter — often an event
+/// loop — has its CPU back as soon as the task is done, not after the worker's spin.
 ///
 /// Background workers run under SCHED_IDLE: whenever any other thread wants a CPU the
 /// kernel preempts them at once, so queued higher-class work starts before queued
 /// background work without Spindle re-ordering anything. They keep a small share of
 /// the CPU (SCHED_IDLE's weight), so background work is delayed under load, never
 /// starved forever: with every CPU saturated by userInteractive work, queued background
-/// work waited 0.1–3 s on our VMs (one kernel slice every few seconds; tested by
-/// `testBackgroundWorkProgressesUnderInteractiveSaturation`). Rejected: aging in
+/// work still gets a kernel slice every few seconds
+/// (`testBackgroundWorkProgressesUnderInteractiveSaturation`). Rejected: aging in
 /// Spindle — running a starved background task on a higher class's worker once it has
 /// waited long enough. That worker is then unavailable to its own class for as long as
 /// the background task runs, which is unbounded; the kernel's share costs interactive

@@ -23,15 +23,14 @@ extension ThreadPool {
     /// }
     /// ```
     ///
-    /// How a fork stays at ~16 ns (the `fork-join` benchmark case, two workers): the
-    /// closures are not `@escaping`, so their contexts live on this stack frame, and
-    /// the engine borrows them rather than owning them. Alternatives measured and
-    /// rejected on this path: storing `b` through `withoutActuallyEscaping` (a heap
-    /// wrapper, its retains and an escape check per fork: ~33 ns); a generic runner
-    /// behind an existential (runtime metadata lookups: ~60 ns); and any form that
-    /// retains the pool object per fork, which every worker does at once — its
-    /// reference count's cache line then bounces between cores (~100 ns and worse with
-    /// more cores).
+    /// Why a fork is cheap (the `fork-join` case in docs/performance.md): the closures
+    /// are not `@escaping`, so their contexts live on this stack frame, and the engine
+    /// borrows them rather than owning them. Rejected on this path: storing `b` through
+    /// `withoutActuallyEscaping` (a heap wrapper, its retains and an escape check per
+    /// fork: what `joinPortable` does); a generic runner behind an existential (runtime
+    /// metadata lookups); and any form that retains the pool object per fork, which every
+    /// worker does at once, so that its reference count's cache line bounces between
+    /// cores.
     @inlinable
     public func join<A, B: Sendable, E: Swift.Error>(
         _ a: () throws(E) -> A, _ b: @Sendable () -> B

@@ -106,7 +106,7 @@ final class DropInTests: XCTestCase {
     }
 }
 
-/// The seeds' concurrent-operation template, signalling with the key-path spelling of
+/// The concurrent-operation template of Apple's Operation Queues guide, signalling with the key-path spelling of
 /// KVO's notifications (`willChangeValue(for: \.isFinished)`), as Swift code written for
 /// Foundation may.
 private final class KeyPathSignallingOperation: Operation, @unchecked Sendable {

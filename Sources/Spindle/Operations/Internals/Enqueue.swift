@@ -49,12 +49,11 @@ extension OperationQueue {
     /// and either start it directly (direct mode, nothing waiting ahead of it) or push
     /// it on its ready list and take what may start.
     ///
-    /// Not pursued: a lock-free add for direct mode. The lock's CAS is 14% of the adding
-    /// thread's samples in the `operation-throughput` profile, but what it is charged
-    /// with is the stores before it — re-initialising memory the worker that ran the
-    /// previous occupant wrote last — which would stall the next atomic instead: with
-    /// nothing else touching the memory (a suspended queue), adding costs 78–81 ns per
-    /// operation with the lock and the same in an unsafe build without it.
+    /// Rejected: a lock-free add for direct mode. The lock's CAS is where a profile of the
+    /// adding thread charges the stores before it — re-initialising memory that the
+    /// worker which ran the previous occupant wrote last — and without the lock the next
+    /// atomic would stall on them instead: on a suspended queue, where nothing else
+    /// touches that memory, adding costs the same with the lock as without it.
     @inline(__always)
     func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
                           fresh: Bool, isBarrier: Bool) {

@@ -58,7 +58,7 @@ extension Operation {
                 // retained even for an instant — a retain and release of an object whose
                 // count reached zero runs its deinit a second time — so it is reached
                 // only as a guaranteed reference and never captured by a closure (a
-                // capture is a retain in unoptimised builds; SPINDLE_STRESS=20 found it).
+                // capture is a retain in unoptimised builds).
                 var ready: [Operation] = []
                 let me = Dependents.key(self)
                 g.dependents.forEach { dependent in

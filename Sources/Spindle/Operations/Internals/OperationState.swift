@@ -12,15 +12,11 @@ extension Operation {
     /// Fields used by few operations live out of line, to keep a queued operation small.
     ///
     /// Small for memory (≤ 256 bytes per queued BlockOperation), not for speed. Not
-    /// pursued, after measuring what they could gain: ordering the stored properties so
-    /// that the ones the workers touch share fewer cache lines, or shrinking the object
-    /// further. Paired runs of the `operation-throughput` benchmark, two builds
-    /// alternately: a stored property of 128 bytes more, written by the adding thread,
-    /// left Spindle/pool-submit within noise (1.00–1.14× before, 1.11–1.18× after, four
-    /// pairs), and so did having the worker also read one of its lines after each run
-    /// (1.12–1.19× without that read, 1.06–1.15× with it, five pairs). A line more or
-    /// less shared with the workers is below what the benchmark resolves, so the layout
-    /// stays in the order that reads best, with `engineTask` first.
+    /// pursued: ordering the stored properties so that the ones the workers touch share
+    /// fewer cache lines, or shrinking the object further. A cache line more or less
+    /// shared with the workers is below what the `operation-throughput` benchmark
+    /// resolves (docs/performance.md), so the layout stays in the order that reads best,
+    /// with `engineTask` first.
     final class Extras: @unchecked Sendable {
         var name: String?
         var threadPriority: Double = 0.5

@@ -47,20 +47,17 @@ extension OperationQueue.State {
     ///   the first four (operations finish roughly in the order they were added; the
     ///   look-ahead steps over one that runs long, or one a preempted worker holds);
     /// - the whole list once it holds more than twice the unfinished ones plus 256.
-    ///   The slack matters: with a threshold of 2× + 64, the count of unfinished
-    ///   operations swinging between 0 and a few dozen (two workers keeping up with
-    ///   one producer) set off a sweep every few adds — about one cache-missing step
-    ///   per operation added in the `operation-throughput` benchmark, against
-    ///   0.03-0.1 with this slack (and the look-ahead).
+    ///   The slack matters: when the count of unfinished operations swings between 0
+    ///   and a few dozen (two workers keeping up with one producer), a tighter
+    ///   threshold sets off a sweep every few adds, each step a cache miss.
     ///
     /// The finished operations are kept 64 behind the workers, and one is taken
     /// only once its runner is done with it (`QueueSync.runState`): the release here
     /// is then the last, and the memory is freed on this thread — which allocates
-    /// the next operation from the same thread cache. (When runners held references
-    /// of their own, pruning right behind them made them free the operations
-    /// instead, and glibc then served every allocation here from its slow path: a
-    /// quarter of the adding thread's time in the operation-throughput profile.)
-    /// The lag also keeps this thread from reading lines the workers still write.
+    /// the next operation from the same thread cache. Were the workers to free
+    /// operations instead, glibc would serve every allocation here from its slow path
+    /// (a thread cache that only allocates never gets memory back). The lag also keeps
+    /// this thread from reading lines the workers still write.
     mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
         if linked > unfinished + 64 {
             var cursor = head, steps = 0, unlinked = 0

@@ -1,10 +1,10 @@
 /// The ready operations of a queue: one FIFO ring per priority level, each a buffer of
 /// retained references that grows by doubling.
 ///
-/// A class holding plain pointers, mutated in place under the queue's lock. The rings
-/// were Swift Arrays in the queue's state struct: Array's copy-on-write check (and, now
-/// and then, a copy) on every pop was 7% of a worker's time in the serial-queue
-/// profile. One object per queue, made with it.
+/// A class holding plain pointers, mutated in place under the queue's lock, rather than
+/// Swift Arrays in the queue's state struct: an Array pays a copy-on-write check (and,
+/// now and then, a copy) on every pop, which a serial queue does once per operation.
+/// One object per queue, made with it.
 final class ReadyRings {
     struct Ring {
         var slots: UnsafeMutablePointer<Unmanaged<Operation>>? = nil
