@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Source checks the compiler does not make. Exit status 1 and a list when one fails.
 
-1. No `withLock` on Synchronization's `Mutex`: use `locked` (Sources/Spindle/Locking.swift).
+1. No `withLock` on Synchronization's `Mutex`: use `locked` (Sources/Spindle/Runtime/Locking.swift).
    On Linux, Mutex is a priority-inheritance futex locked inside libswiftSynchronization,
    which is built without ThreadSanitizer. Contended, the lock is handed over in that
    library's slow path and the kernel, so TSan sees no acquire and reports a race on
@@ -10,8 +10,11 @@
    acquire/release annotations. A file that sees only the public API (a plain
    `import Spindle`) uses NSLock, a pthread mutex that TSan intercepts.
 
-The check is textual: it collects names declared as a Mutex in each file
-(`let x = Mutex(`, `let x: Mutex<`) and flags `x.withLock` in the same file.
+   The check is textual: it collects names declared as a Mutex in each file
+   (`let x = Mutex(`, `let x: Mutex<`) and flags `x.withLock` in the same file.
+
+2. No Swift file longer than 500 lines. One concern per file keeps each protocol in
+   one place, and a file that outgrows that has more than one concern to split out.
 """
 import pathlib
 import re
@@ -19,13 +22,16 @@ import sys
 
 root = pathlib.Path(__file__).resolve().parent.parent
 declared = re.compile(r"\b(?:let|var)\s+(\w+)\s*(?::\s*Mutex\b|=\s*Mutex\s*[(<])")
+MAX_LINES = 500
 failures = []
 paths = sorted(p for top in ("Sources", "Tests", "Benchmarks") for p in (root / top).rglob("*.swift"))
 for path in paths:
     rel = path.relative_to(root)
-    if rel.as_posix() == "Sources/Spindle/Locking.swift":
+    if rel.as_posix() == "Sources/Spindle/Runtime/Locking.swift":
         continue
     text = path.read_text()
+    if len(text.splitlines()) > MAX_LINES:
+        failures.append(f"{rel}: {len(text.splitlines())} lines, more than {MAX_LINES}: split out a concern")
     names = set(declared.findall(text))
     for number, line in enumerate(text.splitlines(), 1):
         for name in names:

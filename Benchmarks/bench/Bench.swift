@@ -6,7 +6,7 @@ import Spindle
 struct Bench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measures Spindle against Dispatch, Foundation's OperationQueue and TaskGroup, in one run, as ratios.",
+        abstract: "Measures Spindle against Dispatch, Foundation's OperationQueue, TaskGroup and NIOThreadPool, in one run, as ratios.",
         discussion: """
             Every case runs its systems in alternation (A B, then B A, ...) after a warm-up, \
             and reports the median, min and max per repetition and the median of the \
@@ -16,7 +16,7 @@ struct Bench: ParsableCommand {
     enum Format: String, ExpressibleByArgument, CaseIterable { case table, json, markdown }
 
     static let allCases = ["submit", "fork-join", "parallel-for", "operation-throughput", "serial-queue",
-                           "dependency-chain", "blocking", "latency", "qos-under-load", "idle-cpu"]
+                           "dependency-chain", "blocking", "latency", "async-offload", "qos-under-load", "idle-cpu"]
 
     @Argument(help: "'topology' prints the detected topology and the placement plan instead of running the timed cases.")
     var mode: String?
@@ -88,13 +88,15 @@ struct Bench: ParsableCommand {
             return
         }
         let pool = try ThreadPool(workers: workers)
+        let nio = NIOPeer(threads: pool.workerCount)
+        defer { try? nio.shutdown() }
         let machine = Machine.detect(cpus: pool.workerCount)
         let reps = self.reps ?? (quick ? 5 : 15)
         var results = [CaseResult]()
         for c in selectedCases {
             switch c {
             case "submit":
-                results.append(try submitCase(pool: pool, tasks: tasks ?? (quick ? 50_000 : 200_000), reps: reps))
+                results.append(try submitCase(pool: pool, nio: nio, tasks: tasks ?? (quick ? 50_000 : 200_000), reps: reps))
             case "fork-join":
                 let n = quick ? 25 : 28
                 results.append(try forkJoinCase(pool: pool, n: n, cutoff: forkCutoff, reps: reps))
@@ -110,9 +112,11 @@ struct Bench: ParsableCommand {
             case "blocking":
                 results.append(try blockingCase(tasks: tasks ?? (quick ? 200 : 1_000), width: 16, reps: min(reps, quick ? 3 : 5)))
             case "latency":
-                results.append(try latencyCase(pool: pool, samples: tasks ?? (quick ? 300 : 2_000), reps: min(reps, quick ? 3 : 5)))
+                results.append(try latencyCase(pool: pool, nio: nio, samples: tasks ?? (quick ? 300 : 2_000), reps: min(reps, quick ? 3 : 5)))
             case "qos-under-load":
                 results.append(try qosUnderLoadCase(samples: tasks ?? (quick ? 100 : 500), reps: min(reps, quick ? 3 : 5), cpus: pool.workerCount))
+            case "async-offload":
+                results.append(try asyncOffloadCase(pool: pool, nio: nio, tasks: tasks ?? (quick ? 5_000 : 20_000), reps: reps))
             case "idle-cpu":
                 let pools = [pool, ThreadPool.shared] + [QualityOfService.background, .userInteractive].map(ThreadPool.forQualityOfService)
                 results.append(try idleCPUCase(pools: pools, seconds: quick ? 0.5 : 1.0, reps: 3))

@@ -21,8 +21,8 @@ final class IntBox: @unchecked Sendable {
 // MARK: submit
 
 /// N empty closures from a thread outside the pool, then wait for all.
-func submitCase(pool: ThreadPool, tasks: Int, reps: Int) throws -> CaseResult {
-    try measure("submit", tasks: tasks, reps: reps, reference: "dispatch", [
+func submitCase(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) throws -> CaseResult {
+    try measure("submit", tasks: tasks, reps: reps, reference: "dispatch", alsoVs: [("spindle", "nio")], [
         SystemRun(name: "spindle") {
             let c = Countdown(tasks)
             let work: @Sendable () -> Void = { c.hit() }
@@ -34,6 +34,15 @@ func submitCase(pool: ThreadPool, tasks: Int, reps: Int) throws -> CaseResult {
             return t
         },
         SystemRun(name: "dispatch") { try dispatchGroupRun(DispatchQueue.global(), tasks: tasks, name: "submit") },
+        SystemRun(name: "nio") {
+            let c = Countdown(tasks)
+            let t = timed {
+                for _ in 0..<tasks { nio.pool.submit { _ in c.hit() } }
+                c.wait()
+            }.ns
+            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("submit: nio lost tasks") }
+            return t
+        },
     ])
 }
 

@@ -91,27 +91,16 @@ func progress(_ s: String) {
 ///
 /// Threads: Dispatch and the Swift concurrency runtime keep worker threads busy for a
 /// while after a burst; on a two-CPU machine one such thread takes half of the next
-/// system's cores. Measured on fork-join: with no pause Spindle's figure depended on
-/// which system ran before it (~17 ns after itself, 30–40 ns right after Dispatch's
-/// fork-join, rep by rep); 20 ms was not enough; after 200 ms every repetition measured
-/// ~17 ns.
+/// system's cores, and the next system's figure would depend on which ran before it.
+/// 200 ms is long enough for them to park.
 ///
 /// Heap: glibc parks small freed chunks in its fast bins and merges them only when a
 /// later large request (or a large free) needs it, then all at once, in whichever
 /// thread asked (`malloc_consolidate`). Foundation's queue frees ~10^5 operations per
-/// repetition of `operation-throughput`, and the next system to allocate a large block
-/// paid for merging them: repetitions of Spindle's queue that ran 500–700 ns per
-/// operation instead of ~180, with Dispatch's figures normal on either side, mostly
-/// among the first repetitions. Caught under perf five times (in 85 repetitions), each
-/// time with `malloc_consolidate` and its `unlink_chunk` taking 27–51% of the stalled
-/// repetition's samples, on the adding thread four times and on a worker once; timed
-/// with perf probes on its entry and return, the longest single merges took 20–30 ms.
-/// With the merge done here: no such stall in 45 repetitions under perf, and none of
-/// the samples of the slowest ones in `malloc_consolidate`; without perf, over six runs
-/// of the case each way made alternately, four stalled repetitions in 90 without it and
-/// one in 90 with it. Each system now starts from a merged heap, as it would in a
-/// process of its own. The same pause and merge for every system, outside the timed
-/// region.
+/// repetition of `operation-throughput`, and without this the next system to allocate
+/// a large block would pay milliseconds for merging them, inside its timed region.
+/// Each system starts from a merged heap instead, as it would in a process of its own.
+/// The same pause and merge for every system, outside the timed region.
 func settle() {
     bench_consolidate_heap()
     usleep(200_000)

@@ -39,30 +39,34 @@ private func sampleLatency(_ samples: Int, gapMicros: UInt32, into rec: inout La
 }
 
 /// The pool idle, one task at a time from an outside thread: submit→start latency.
-func latencyCase(pool: ThreadPool, samples: Int, reps: Int) throws -> CaseResult {
-    var recs = ["spindle": LatencyRecorder(), "dispatch": LatencyRecorder()]
-    var p50s = ["spindle": [Double](), "dispatch": [Double]()]
+func latencyCase(pool: ThreadPool, nio: NIOPeer, samples: Int, reps: Int) throws -> CaseResult {
+    let systems: [(name: String, submit: (@escaping @Sendable () -> Void) throws -> Void)] = [
+        ("spindle", { try pool.submit($0) }),
+        ("dispatch", { DispatchQueue.global().async(execute: $0) }),
+        ("nio", { work in nio.pool.submit { _ in work() } }),
+    ].filter { systemFilter == nil || systemFilter!.contains($0.0) || $0.0 == "dispatch" }
+    var recs = [String: LatencyRecorder]()
+    var p50s = [String: [Double]]()
     progress("[latency] warm-up")
-    _ = try sampleLatency(50, gapMicros: 200, into: &recs["spindle"]!) { try pool.submit($0) }
-    _ = try sampleLatency(50, gapMicros: 200, into: &recs["dispatch"]!) { DispatchQueue.global().async(execute: $0) }
-    recs = ["spindle": LatencyRecorder(), "dispatch": LatencyRecorder()]
-    for r in 0..<reps {
-        let order = r % 2 == 0 ? ["spindle", "dispatch"] : ["dispatch", "spindle"]
-        for name in order {
-            let p50: Double
-            if name == "spindle" {
-                p50 = try sampleLatency(samples, gapMicros: 300, into: &recs[name]!) { try pool.submit($0) }
-            } else {
-                p50 = try sampleLatency(samples, gapMicros: 300, into: &recs[name]!) { DispatchQueue.global().async(execute: $0) }
-            }
-            p50s[name]!.append(p50)
-        }
-        progress("[latency] rep \(r + 1)/\(reps): p50 spindle \(fmt(p50s["spindle"]!.last!)) ns, dispatch \(fmt(p50s["dispatch"]!.last!)) ns")
+    for s in systems {
+        var warm = LatencyRecorder()
+        _ = try sampleLatency(50, gapMicros: 200, into: &warm, submit: s.submit)
+        recs[s.name] = LatencyRecorder()
+        p50s[s.name] = []
     }
+    for r in 0..<reps {
+        for s in r % 2 == 0 ? systems : systems.reversed() {
+            settle()
+            p50s[s.name]!.append(try sampleLatency(samples, gapMicros: 300, into: &recs[s.name]!, submit: s.submit))
+        }
+        progress("[latency] rep \(r + 1)/\(reps): p50 " + systems.map { "\($0.name) \(fmt(p50s[$0.name]!.last!)) ns" }.joined(separator: ", "))
+    }
+    var ratios = systems.filter { $0.name != "dispatch" }.map { medianRatio($0.name, "dispatch", in: p50s) }
+    if p50s["nio"] != nil && p50s["spindle"] != nil { ratios.append(medianRatio("spindle", "nio", in: p50s)) }
     return CaseResult(
         name: "latency", tasks: samples, reps: reps, metric: .latency,
-        systems: ["spindle", "dispatch"].map { SystemResult(system: $0, tasks: samples, samples: p50s[$0]!, percentiles: recs[$0]!.percentiles()) },
-        ratios: [medianRatio("spindle", "dispatch", in: p50s)],
+        systems: systems.map { SystemResult(system: $0.name, tasks: samples, samples: p50s[$0.name]!, percentiles: recs[$0.name]!.percentiles()) },
+        ratios: ratios,
         note: "p50 ratio is the median of per-repetition p50 ratios; percentiles are over all repetitions")
 }
 

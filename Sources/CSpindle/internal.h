@@ -18,6 +18,7 @@
  *   topology_plan.c       placement plans and steal tiers
  *   topology_internal.h   the structures those two share
  *   numa.c         libnuma, looked up at run time (dlopen), for node-local memory
+ *   log.c          where the engine's few diagnostics go (stderr, or a handler)
  *   mutex.c        the futex mutex and the latch (spindle_sync.h)
  *   stats.c        counter snapshots and reports
  *   tsan.c         ThreadSanitizer annotations for locks TSan cannot see
@@ -434,6 +435,10 @@ extern _Thread_local bool spindle_tls_planning_for_process;
 /* ---- topology_discovery.c, topology_plan.c ----------------------------------------- */
 #include "spindle_topology.h"
 bool spindle_topology_node_has_memory(const spindle_topology *t, uint32_t node_index);
+
+/* ---- log.c ------------------------------------------------------------------------- */
+/* One diagnostic, printf-style: to the installed handler, or a line on stderr. */
+void spindle_log(spindle_log_level level, const char *format, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- numa.c: libnuma at run time --------------------------------------------------- */
 /* 0 when NUMA memory policy is usable; otherwise 1, with why in `buf`. */

@@ -85,8 +85,9 @@
  * `waker_cpu` is written by the waker under `lock` and read by the wakee under it.
  *
  * Idle CPU. A parked worker is blocked in FUTEX_WAIT and consumes nothing; a searcher
- * spins for at most `spin_ns` (50 µs by default, about twice what a futex wake costs on
- * a VM: docs/performance.md) and then parks, so a short spin hides the wake for bursts. There are no timers: an
+ * spins for at most `spin_ns` (50 µs by default: on a VM a futex wake's tail reaches
+ * tens of microseconds, the `latency` case's p99 in docs/performance.md) and then parks,
+ * so a short spin hides the wake for bursts. There are no timers: an
  * idle pool is fully asleep within one spin period.
  */
 #include "internal.h"

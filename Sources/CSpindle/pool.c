@@ -20,10 +20,10 @@
  * A joiner whose frame was stolen keeps running other work until the thief finishes.
  *
  * Sleeping (park.c). Idle workers must cost nothing, but waking a parked thread costs
- * three orders of magnitude more than a cache-line hand-off between running cores
- * (docs/performance.md gives both, measured on the benchmark's machine). So a
- * worker that runs dry first *searches* (steals, polls the injector) for up to 50 µs,
- * then parks on its own futex. At most half the workers search at once; a producer
+ * microseconds (the `latency` case in docs/performance.md), where a cache-line
+ * hand-off between running cores costs tens of nanoseconds. So a worker that runs dry
+ * first *searches* (steals, polls the injector) for up to 50 µs, then parks on its own
+ * futex. At most half the workers search at once; a producer
  * wakes a sleeper only when nobody is searching; the last searcher to find work wakes
  * the next if more is pending. The Dekker-style argument that no wake-up is lost is
  * at the top of park.c. Which sleeper wakes: the last to park (warmest cache), except
@@ -496,7 +496,7 @@ void spindle_pool_free(spindle_pool *pool) {
         int rc = spindle_pool_shutdown(pool, SPINDLE_SHUTDOWN_DRAIN);
         if (rc != 0 && rc != EALREADY) {
             /* Misuse: freeing from one of its own workers. */
-            fprintf(stderr, "spindle: spindle_pool_free: called from one of the pool's own workers\n");
+            spindle_log(SPINDLE_LOG_ERROR, "spindle_pool_free: called from one of the pool's own workers");
             abort();
         }
     }

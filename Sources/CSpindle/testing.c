@@ -122,3 +122,5 @@ int spindle_test_pool_in_forked_child(uint32_t timeout_ms) {
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+void spindle_test_log(spindle_log_level level, const char *message) { spindle_log(level, "%s", message); }

@@ -148,7 +148,7 @@ static void report_fallback_once(const char *why) {
     static atomic_flag said = ATOMIC_FLAG_INIT;
     /* Relaxed: only "exactly one message" matters, not ordering. */
     if (!atomic_flag_test_and_set_explicit(&said, memory_order_relaxed))
-        fprintf(stderr, "spindle: %s; scheduling as one NUMA node\n", why);
+        spindle_log(SPINDLE_LOG_NOTICE, "%s; scheduling as one NUMA node", why);
 }
 
 void spindle_topology_free(spindle_topology *t) {

@@ -241,6 +241,22 @@ bool spindle_current_worker_has_waiting_work(void);
 /** True once `spindle_pool_destroy` has begun. */
 bool spindle_pool_is_shutting_down(const spindle_pool *pool);
 
+/*
+ * Diagnostics
+ * -----------
+ * The engine's few messages (a machine scheduled as one NUMA node, a misuse it aborts
+ * on) go to stderr, one line each, unless a handler is installed: then to the handler,
+ * with a level, from whichever thread noticed. NULL restores stderr. The handler must
+ * not call back into the engine.
+ */
+typedef enum spindle_log_level {
+    SPINDLE_LOG_NOTICE = 0,
+    SPINDLE_LOG_WARNING = 1,
+    SPINDLE_LOG_ERROR = 2,
+} spindle_log_level;
+typedef void (*spindle_log_fn)(spindle_log_level level, const char *message, void *ctx);
+void spindle_set_log_handler(spindle_log_fn fn, void *ctx);
+
 /**
  * The nice value the workers actually run at, and 0 or the errno with which the
  * requested one was refused (each worker reports the first refusal; the pool keeps the

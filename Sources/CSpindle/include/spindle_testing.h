@@ -15,6 +15,9 @@ extern "C" {
 uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w);
 int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w);
 
+/** Sends `message` through the engine's diagnostics (log.c), as the engine would. */
+void spindle_test_log(spindle_log_level level, const char *message);
+
 typedef struct spindle_test_deque spindle_test_deque;
 
 /** A deque with `capacity` slots (rounded up to a power of two, >= 4) whose overflow

@@ -1,7 +1,42 @@
-// Spindle's additions to Foundation's `OperationQueue`: awaiting the queue's drain
-// without blocking a thread, and observing its operation count.
+import Synchronization
+
+// Spindle's additions to Foundation's `OperationQueue`: the async forms of what
+// Foundation does by blocking a thread, and observing the queue's operation count.
 
 extension OperationQueue {
+    /// Runs `body` as an operation of this queue — within its width, in its priority
+    /// order, at its quality of service — and returns its result, suspending the calling
+    /// task until the operation has finished. The async form of adding a
+    /// ``BlockOperation`` and waiting for it.
+    ///
+    /// Cancelling the calling task cancels the operation: if it has not started, `body`
+    /// never runs and the call throws `CancellationError` once the queue has retired the
+    /// operation (at once, unless the queue is suspended); once it has started, it runs
+    /// to its end and its result is returned. An error `body` throws is rethrown.
+    public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try Task.checkCancellation()
+        let outcome = Mutex<Result<T, any Error>?>(nil)
+        let op = BlockOperation {
+            let result = Result { try body() }
+            outcome.locked { $0 = result }
+        }
+        addOperation(op)
+        await withTaskCancellationHandler {
+            await op.finished()
+        } onCancel: {
+            op.cancel()
+        }
+        guard let result = outcome.locked({ $0 }) else { throw CancellationError() }
+        return try result.get()
+    }
+
+    /// Adds `ops` and suspends the calling task until they have all finished: the async
+    /// form of ``addOperations(_:waitUntilFinished:)`` with `true`, which blocks a thread.
+    public func addOperations(_ ops: [Operation]) async {
+        addOperations(ops, waitUntilFinished: false)
+        for op in ops { await op.finished() }
+    }
+
     /// Suspends the calling task until the queue has no operations left, without
     /// blocking a thread (Spindle's addition).
     public func allOperationsFinished() async {

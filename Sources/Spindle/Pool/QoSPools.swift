@@ -45,7 +45,7 @@ import Synchronization
 /// at 15. A process without CAP_SYS_NICE (or RLIMIT_NICE headroom) may not go below its
 /// own nice (EACCES): the classes above default then run at the process's nice, the
 /// refusal is reported by ``ThreadPool/niceError`` of the class's pool, and once per
-/// process on stderr with what every class runs at, as the topology fallback is: a
+/// process to ``ThreadPool/logger`` with what every class runs at, as the topology fallback is: a
 /// service that expected interactive work to outrank the rest learns at start-up that
 /// it does not, without having to ask.
 enum QoSPools {
@@ -107,7 +107,7 @@ enum QoSPools {
         })
     }()
 
-    /// Says once on stderr that `qos`'s nice was refused (see the type's documentation).
+    /// Says once that `qos`'s nice was refused (see the type's documentation).
     private static func reportRefusedNice(_ qos: QualityOfService, _ error: Int32) {
         let what = error == EACCES
             ? "EACCES: a nice below the process's (\(processNice)) needs CAP_SYS_NICE or RLIMIT_NICE"
@@ -122,9 +122,9 @@ enum QoSPools {
             let wanted = nice(for: c)
             return "\(label) \(wanted < processNice && error == EACCES ? processNice : wanted)"
         }.joined(separator: ", ")
-        let line = "spindle: nice \(nice(for: qos)) for \(name(for: qos)) workers (\(qos)) was refused (\(what)); "
-            + "the classes run at nice: \(runs)\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        let line = "nice \(nice(for: qos)) for \(name(for: qos)) workers (\(qos)) was refused (\(what)); "
+            + "the classes run at nice: \(runs)"
+        SpindleLogging.log(level: .warning, "\(line)", metadata: ["spindle.qos": "\(qos)"])
     }
 
     /// The already-created class pool whose engine is `raw`, if any (creates nothing).
@@ -139,7 +139,7 @@ enum QoSPools {
             do {
                 let pool = try ThreadPool(configuration: c, processWide: true)
                 if let wanted {
-                    report("spindle: the \(label) class runs \(pool.workerCount) of \(wanted) workers: the system refused more threads\n")
+                    report("the \(label) class runs \(pool.workerCount) of \(wanted) workers: the system refused more threads")
                 }
                 return pool
             } catch ThreadPool.Error.systemError(let e) where e == EAGAIN || e == ENOMEM || e == EPERM {
@@ -162,11 +162,11 @@ enum QoSPools {
         return makeProcessWide(c, label: "default")
     }
 
-    /// Says `line` on stderr (once per distinct line).
+    /// Says `line` to ``ThreadPool/logger`` (once per distinct line).
     private static let said = Mutex<Set<String>>([])
     static func report(_ line: String) {
         guard said.locked({ $0.insert(line).inserted }) else { return }
-        FileHandle.standardError.write(Data(line.utf8))
+        SpindleLogging.log(level: .warning, "\(line)")
     }
 
     static func existing(_ raw: OpaquePointer) -> ThreadPool? {
@@ -229,10 +229,10 @@ enum QoSPools {
                 made = own
             } else if !isDefault, let fallback = p[defaultKey] ?? makeDefaultForFallback() {
                 p[defaultKey] = fallback
-                report("spindle: the \(qos) class has no threads of its own (the system refused them); its work runs on the default class's workers\n")
+                report("the \(qos) class has no threads of its own (the system refused them); its work runs on the default class's workers")
                 made = fallback
             } else if let any = p.values.first(where: { $0.isProcessWide }) {
-                report("spindle: the \(qos) class has no threads of its own (the system refused them); its work runs on another class's workers\n")
+                report("the \(qos) class has no threads of its own (the system refused them); its work runs on another class's workers")
                 made = any
             } else {
                 fatalError("Spindle could not start any worker thread for its process-wide pools (\(qos)): the system refuses new threads")

@@ -1,4 +1,5 @@
 import CSpindle
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -6,8 +7,9 @@ import Glibc
 /// A work-stealing pool of worker threads, one per usable CPU.
 ///
 /// `ThreadPool` is the engine under Spindle's `OperationQueue`, exposed for code that
-/// wants raw throughput: fire-and-forget closures (``submit(_:)``), fork-join
-/// (``join(_:_:)``) and parallel loops (``concurrentPerform(iterations:grain:_:)``).
+/// wants raw throughput: fire-and-forget closures (``submit(_:)``), work that async
+/// code awaits (``run(ifFull:_:)``), fork-join (``join(_:_:)``) and parallel loops
+/// (``concurrentPerform(iterations:grain:_:)``).
 ///
 /// Work submitted from a thread outside the pool goes to a shared injector queue;
 /// work submitted from inside a pool task goes to the submitting worker's own deque,
@@ -21,12 +23,15 @@ import Glibc
 /// ```
 ///
 /// ### Trade-offs
-/// - Work is not cancellable once submitted, and closures run in no guaranteed
-///   order: this is a throughput engine. Use ``OperationQueue`` for dependencies,
-///   priorities and cancellation.
-/// - A task that blocks (I/O, locks, `sleep`) blocks a whole worker. The pool does not
-///   grow to compensate, unlike Dispatch: growing is what makes Dispatch's thread count
-///   explode under blocking load. Keep blocking work elsewhere.
+/// - Submitted closures run in no guaranteed order: this is a throughput engine. Use
+///   ``OperationQueue`` for dependencies, priorities and cancellation. (A closure
+///   awaited with ``run(ifFull:_:)`` is not started if its task is cancelled first.)
+/// - A task that blocks (I/O, locks, `sleep`) holds its worker. The pool runs a spare
+///   worker meanwhile, up to ``Configuration/maxSpareWorkers``, at once for Spindle's
+///   own waits and ``blocking(_:)``, and within a millisecond or two for blocking it
+///   finds; past the cap, work waits for a worker to return.
+/// - By default the pool queues without bound, as its peers do. Give it a
+///   ``Configuration/queueLimit`` to refuse work under overload instead.
 public final class ThreadPool: @unchecked Sendable {
     // @unchecked: the C pool is internally synchronised; `raw` never changes and is
     // freed only in deinit, when no other reference can exist.
@@ -35,6 +40,8 @@ public final class ThreadPool: @unchecked Sendable {
     public let workerCount: Int
     /// Set for ``shared`` and the quality-of-service pools, which cannot be shut down.
     let isProcessWide: Bool
+    /// The admission limit, for a pool configured with a ``Configuration/queueLimit``.
+    let admission: Admission?
 
     /// What happens to queued work when the pool shuts down.
     public enum ShutdownMode: Sendable {
@@ -60,6 +67,9 @@ public final class ThreadPool: @unchecked Sendable {
         /// ``shutdown(_:)`` was called on ``ThreadPool/shared`` or a quality-of-service
         /// pool: every ``OperationQueue`` in the process runs on them.
         case processWidePool
+        /// The pool holds as many queued closures as its ``Configuration/queueLimit``
+        /// allows; the work was not queued.
+        case overloaded
         /// The configuration was rejected (value out of range).
         case invalidConfiguration(String)
         /// The operating system refused a resource (thread, memory); `errno` says which.
@@ -75,6 +85,7 @@ public final class ThreadPool: @unchecked Sendable {
                 return "ThreadPool.shutdown() was called from one of the pool's own workers, which would wait for itself"
             case .processWidePool:
                 return "ThreadPool.shutdown() was called on a process-wide pool (shared or per quality of service), which every OperationQueue uses"
+            case .overloaded: return "the thread pool is at its queue limit; the work was not queued"
             case .invalidConfiguration(let why): return "invalid ThreadPool configuration: \(why)"
             case .systemError(let e): return "the system refused a thread-pool resource (errno \(e))"
             }
@@ -150,6 +161,17 @@ public final class ThreadPool: @unchecked Sendable {
         public var maxSpareWorkers: Int = 64
         /// How long a spare worker waits for work before it exits.
         public var spareIdleTimeout: Duration = .seconds(2)
+        /// The most closures the pool holds queued — accepted and not yet started — at
+        /// once (nil: no limit). At the limit, ``ThreadPool/submit(_:)`` throws
+        /// ``Error/overloaded``, ``ThreadPool/trySubmit(_:)`` returns false, and
+        /// ``ThreadPool/run(ifFull:_:)`` waits for room or throws. The limit counts what
+        /// those three queue; fork-join, operations and tasks that prefer the pool as
+        /// their executor are not counted.
+        public var queueLimit: Int? = nil
+        /// Where this pool reports what it could not do as configured — a nice value,
+        /// policy or time slice the kernel refused — once, at creation, with the pool's
+        /// name in the metadata (nil: ``ThreadPool/logger``).
+        public var logger: Logger? = nil
 
         /// The defaults, with `workers` workers (nil: one per usable CPU).
         public init(workers: Int? = nil) { self.workers = workers }
@@ -172,6 +194,7 @@ public final class ThreadPool: @unchecked Sendable {
     }
 
     init(configuration: Configuration, processWide: Bool) throws {
+        SpindleLogging.installEngineHandler()
         if let w = configuration.workers, w < 1 || w > 4096 {
             throw Error.invalidConfiguration("workers must be in 1...4096, got \(w)")
         }
@@ -187,6 +210,9 @@ public final class ThreadPool: @unchecked Sendable {
         }
         guard (0...4096).contains(configuration.maxSpareWorkers) else {
             throw Error.invalidConfiguration("maxSpareWorkers must be in 0...4096, got \(configuration.maxSpareWorkers)")
+        }
+        if let limit = configuration.queueLimit, limit < 1 {
+            throw Error.invalidConfiguration("queueLimit must be at least 1 (nil: no limit), got \(limit)")
         }
         let spareIdleNs = configuration.spareIdleTimeout.wholeNanoseconds
         guard spareIdleNs > 0 else {
@@ -245,6 +271,8 @@ public final class ThreadPool: @unchecked Sendable {
         self.raw = pool
         self.workerCount = Int(spindle_pool_worker_count(pool))
         self.isProcessWide = processWide
+        self.admission = configuration.queueLimit.map { Admission(limit: $0) }
+        if !processWide { reportRefusals(to: configuration.logger, name: configuration.name) }
     }
 
     deinit {
@@ -279,7 +307,9 @@ public final class ThreadPool: @unchecked Sendable {
     /// - Throws: ``Error/shutDown`` once ``shutdown(_:)`` has begun; the closure is then
     ///   released without running, and nothing was queued. ``Error/createdBeforeFork``
     ///   in a child process made by `fork()`, for a pool created before it.
+    ///   ``Error/overloaded`` when the pool is at its ``Configuration/queueLimit``.
     public func submit(_ work: consuming @escaping @Sendable () -> Void) throws {
+        if let admission { return try submitAdmitted(work, admission) }
         let task = ClosureTask.make(work)
         let rc = spindle_submit_task(raw, task)
         if rc != 0 {
@@ -303,6 +333,7 @@ public final class ThreadPool: @unchecked Sendable {
     ///   ``Error/processWidePool`` for ``shared`` and the quality-of-service pools.
     public func shutdown(_ mode: ShutdownMode = .drain) throws {
         if isProcessWide { throw Error.processWidePool }
+        admission?.close()
         let rc = spindle_pool_shutdown(raw, mode == .drain ? SPINDLE_SHUTDOWN_DRAIN : SPINDLE_SHUTDOWN_CANCEL)
         switch rc {
         case 0, EALREADY: return

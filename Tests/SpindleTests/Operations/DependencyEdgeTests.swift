@@ -4,7 +4,7 @@ import XCTest
 
 @testable import Spindle
 
-/// Dependents are referenced without retaining them (Operation.swift, `Dependents`):
+/// Dependents are referenced without retaining them (Operations/Internals/Dependents.swift):
 /// these tests go after the ways that could touch freed memory or go quadratic.
 final class DependencyEdgeTests: XCTestCase {
     func testDependentsDroppedBeforeTheirDependencyFinishes() {

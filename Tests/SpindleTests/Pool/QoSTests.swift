@@ -83,9 +83,9 @@ final class QoSTests: XCTestCase {
         // Raising nice needs no privilege.
         XCTAssertEqual(line(.utility), "QOS \(QualityOfService.utility.rawValue) seen=2 effective=2 error=0", text)
         XCTAssertEqual(line(.background), "QOS \(QualityOfService.background.rawValue) seen=10 effective=10 error=0", text)
-        // Said once, on stderr, for the first class refused.
+        // Said once, to the process-wide logger, for the first class refused.
         XCTAssertEqual(said.count, 1, text)
-        XCTAssertTrue(said.first?.hasPrefix("spindle: nice -4 for spindle-ui workers (userInteractive) was refused (EACCES") ?? false, text)
+        XCTAssertTrue(said.first?.contains("nice -4 for spindle-ui workers (userInteractive) was refused (EACCES") ?? false, text)
         XCTAssertTrue(said.first?.hasSuffix("the classes run at nice: userInteractive 0, userInitiated 0, default 0, utility 2, background 10") ?? false, text)
     }
 
@@ -113,9 +113,9 @@ final class QoSTests: XCTestCase {
     /// is pinned to one CPU), must still run at their own class on every CPU: their
     /// workers start from the process's priority, not their creator's (spawn.c), and
     /// they are planned for the CPUs of their creator's pool, not of its worker
-    /// (topology.c, "Whose CPUs"). Before, they ran under SCHED_IDLE (unprivileged at
-    /// +10 too), and the default pool had one worker. A child process, so that the class
-    /// pools are new; run as root and as nobody.
+    /// (affinity.c, "Whose CPUs"). Otherwise they would run under SCHED_IDLE
+    /// (unprivileged, at +10 too), and the default pool would have one worker. A child
+    /// process, so that the class pools are new; run as root and as nobody.
     func testClassPoolsFirstUsedFromBackgroundWorkRunAtTheirOwnClass() throws {
         if ProcessInfo.processInfo.environment["SPINDLE_QOS_CREATOR_PROBE"] != nil {
             let lines = Mutex<[String]>([])

@@ -32,7 +32,7 @@ final class TaskExecutorTests: XCTestCase {
         // above can fail.
         let detached = await Task.detached { pool.isCurrentThreadWorker }.value
         XCTAssertFalse(detached)
-        try pool.shutdown()
+        try await pool.shutdown()
     }
 
     func testAClassPoolGivesTheTasksCodeItsNiceValue() async {
@@ -142,6 +142,6 @@ final class TaskExecutorTests: XCTestCase {
         XCTAssertEqual(counts.filter { $0 == 0 }.count, 0, "lost")
         XCTAssertEqual(counts.filter { $0 > 1 }.count, 0, "duplicated")
         XCTAssertEqual(tally.offPool.load(ordering: .relaxed), 0)
-        try pool.shutdown()
+        try await pool.shutdown()
     }
 }

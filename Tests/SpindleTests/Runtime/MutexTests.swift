@@ -17,7 +17,7 @@ final class MutexTests: XCTestCase {
                              total: { locked.locked { $0 } })
     }
 
-    /// Synchronization's Mutex, taken through `locked` (Locking.swift) by threads whose
+    /// Synchronization's Mutex, taken through `locked` (Runtime/Locking.swift) by threads whose
     /// critical sections are long enough that the others reach its contended path, where
     /// the kernel hands the lock over inside a library ThreadSanitizer cannot see.
     /// Without TSan this checks mutual exclusion; under `--sanitize=thread` it fails

@@ -1,0 +1,72 @@
+import Dispatch
+import Foundation
+import NIOPosix
+import Spindle
+import Synchronization
+
+/// swift-nio's thread pool, the peer Swift servers offload blocking and CPU work to
+/// today: one thread per usable CPU, started once for the whole run.
+final class NIOPeer: Sendable {
+    let pool: NIOThreadPool
+
+    init(threads: Int) {
+        pool = NIOThreadPool(numberOfThreads: threads)
+        pool.start()
+    }
+
+    func shutdown() throws { try pool.syncShutdownGracefully() }
+}
+
+/// Runs `body` on a task and waits for it on this (outside) thread: the cases' systems
+/// are timed from a plain thread, as a server's benchmark client would be.
+func awaitFromThread<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let outcome = Mutex<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        do {
+            let value = try await body()
+            outcome.withLock { $0 = .success(value) }
+        } catch {
+            outcome.withLock { $0 = .failure(error) }
+        }
+        done.signal()
+    }
+    done.wait()
+    return try outcome.withLock { $0! }.get()
+}
+
+/// The work each offload does: a little arithmetic over a small buffer, so that the
+/// case measures the hand-off, not the work.
+@inline(never)
+func offloadWork(_ seed: Int) -> Int {
+    var acc = seed
+    for i in 0..<64 { acc = acc &* 31 &+ i }
+    return acc
+}
+
+/// N tasks, all at once, each awaiting one offloaded closure: what a server's request
+/// handlers do when they hand CPU work to a pool. Per offload.
+func asyncOffloadCase(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) throws -> CaseResult {
+    let expected = (0..<tasks).reduce(0) { $0 &+ offloadWork($1) }
+    func system(_ name: String, _ offload: @escaping @Sendable (Int) async throws -> Int) -> SystemRun {
+        SystemRun(name: name) {
+            let (ns, sum) = try timed {
+                try awaitFromThread {
+                    try await withThrowingTaskGroup(of: Int.self) { group in
+                        for i in 0..<tasks { group.addTask { try await offload(i) } }
+                        return try await group.reduce(0, &+)
+                    }
+                }
+            }
+            guard sum == expected else { throw BenchFailure("async-offload: \(name) lost or repeated work") }
+            return ns
+        }
+    }
+    return try measure("async-offload", tasks: tasks, reps: reps, reference: "nio",
+                       alsoVs: [("spindle", "inline")], [
+        system("spindle") { i in try await pool.run { offloadWork(i) } },
+        system("nio") { i in try await nio.pool.runIfActive { offloadWork(i) } },
+        system("detached") { i in await Task.detached { offloadWork(i) }.value },
+        system("inline") { i in offloadWork(i) },
+    ])
+}

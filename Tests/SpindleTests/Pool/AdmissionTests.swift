@@ -1,0 +1,140 @@
+import Foundation
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// The largest value seen, from any thread.
+final class MaxTracker: Sendable {
+    private let value = Atomic<Int>(0)
+    var max: Int { value.load(ordering: .relaxed) }
+    func see(_ v: Int) {
+        var seen = value.load(ordering: .relaxed)
+        while v > seen {
+            let (done, now) = value.compareExchange(expected: seen, desired: v, ordering: .relaxed)
+            if done { return }
+            seen = now
+        }
+    }
+}
+
+/// A pool with a queue limit (Pool/Admission.swift, AD1-AD4).
+final class AdmissionTests: XCTestCase {
+    func limited(workers: Int, limit: Int) throws -> ThreadPool {
+        try holdablePool(workers: workers, queueLimit: limit)
+    }
+
+    func testAFullPoolSaysNoAtOnceToSynchronousAndFailFastSubmitters() async throws {
+        let pool = try limited(workers: 1, limit: 2)
+        let blocker = Blocker()
+        try blocker.occupy(pool) // started, so it holds no slot
+        XCTAssertTrue(pool.trySubmit {})
+        XCTAssertTrue(pool.trySubmit {})
+        XCTAssertFalse(pool.trySubmit {}, "a third closure was queued past a limit of 2")
+        XCTAssertThrowsError(try pool.submit {}) { XCTAssertEqual($0 as? ThreadPool.Error, .overloaded) }
+        do {
+            _ = try await pool.run(ifFull: .fail) { 1 }
+            XCTFail("a fail-fast offload was queued past the limit")
+        } catch let error as ThreadPool.Error {
+            XCTAssertEqual(error, .overloaded)
+        }
+        blocker.open()
+        try await pool.shutdown()
+    }
+
+    func testTheLimitIsValidated() {
+        var c = ThreadPool.Configuration(workers: 1)
+        c.queueLimit = 0
+        XCTAssertThrowsError(try ThreadPool(configuration: c))
+    }
+
+    func testAFloodFromManyTasksHoldsTheLimitAndLosesNoWaiter() async throws {
+        let limit = 4
+        let pool = try limited(workers: 2, limit: limit)
+        let n = Stress.count(3000)
+        let peak = MaxTracker()
+        let admission = try XCTUnwrap(pool.admission)
+        let sum = try await withThrowingTaskGroup(of: Int.self) { group in
+            for i in 0..<n {
+                group.addTask {
+                    try await pool.run {
+                        // Slots are given back when a closure starts, so what is queued
+                        // while this one runs is still within the limit.
+                        peak.see(admission.queued)
+                        return i
+                    }
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        XCTAssertEqual(sum, n * (n - 1) / 2, "an offload was lost or ran twice")
+        XCTAssertLessThanOrEqual(peak.max, limit)
+        XCTAssertEqual(admission.queued, 0, "slots leaked")
+        try await pool.shutdown()
+    }
+
+    func testWaitingSubmittersAreServedFirstComeFirstServed() async throws {
+        let pool = try limited(workers: 1, limit: 1)
+        let blocker = Blocker()
+        try blocker.occupy(pool)
+        XCTAssertTrue(pool.trySubmit {}) // the one slot
+        let admission = try XCTUnwrap(pool.admission)
+        let order = Log()
+        var tasks: [Task<Void, any Error>] = []
+        for i in 0..<20 {
+            tasks.append(Task { try await pool.run { order.add("\(i)") } })
+            // Each joins the line before the next starts.
+            while admission.waiting < i + 1 { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        XCTAssertFalse(pool.trySubmit {}, "a newcomer took a slot ahead of the line")
+        blocker.open()
+        for t in tasks { try await t.value }
+        // With one slot and one worker, each closure starts before the next is granted.
+        XCTAssertEqual(order.all, (0..<20).map(String.init))
+        try await pool.shutdown()
+    }
+
+    func testACancelledWaiterLeavesTheLineCleanly() async throws {
+        let pool = try limited(workers: 1, limit: 1)
+        let blocker = Blocker()
+        try blocker.occupy(pool)
+        XCTAssertTrue(pool.trySubmit {})
+        let admission = try XCTUnwrap(pool.admission)
+        let ran = Log()
+        let a = Task { try await pool.run { ran.add("a") } }
+        while admission.waiting < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        let b = Task { try await pool.run { ran.add("b") } }
+        while admission.waiting < 2 { try await Task.sleep(for: .milliseconds(1)) }
+        a.cancel()
+        do {
+            try await a.value
+            XCTFail("a cancelled waiter was admitted")
+        } catch is CancellationError {}
+        XCTAssertEqual(admission.waiting, 1)
+        blocker.open()
+        try await b.value
+        try await pool.shutdown()
+        XCTAssertEqual(ran.all, ["b"])
+        XCTAssertEqual(admission.queued, 0)
+    }
+
+    func testShutdownRefusesTheWaitingSubmitters() async throws {
+        let pool = try limited(workers: 1, limit: 1)
+        let blocker = Blocker()
+        try blocker.occupy(pool)
+        XCTAssertTrue(pool.trySubmit {})
+        let admission = try XCTUnwrap(pool.admission)
+        let waiter = Task { try await pool.run { 1 } }
+        while admission.waiting < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        let shutdown = Task { try await pool.shutdown(.drain) }
+        do {
+            _ = try await waiter.value
+            XCTFail("a waiter was admitted into a pool that shut down")
+        } catch let error as ThreadPool.Error {
+            XCTAssertEqual(error, .shutDown)
+        }
+        blocker.open()
+        try await shutdown.value
+        XCTAssertFalse(pool.trySubmit {})
+    }
+}

@@ -1,0 +1,177 @@
+import Foundation
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// A pool that a `Blocker` can hold: no spare workers, so that work stays queued behind
+/// a blocked worker instead of going to a spare (`Configuration.maxSpareWorkers`).
+func holdablePool(workers: Int, queueLimit: Int? = nil) throws -> ThreadPool {
+    var c = ThreadPool.Configuration(workers: workers)
+    c.maxSpareWorkers = 0
+    c.queueLimit = queueLimit
+    return try ThreadPool(configuration: c)
+}
+
+/// A worker held busy until the test lets it go: for tests that need work to stay
+/// queued behind it (in a `holdablePool`).
+final class Blocker: Sendable {
+    let started = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+
+    /// Occupies one worker of `pool` until `open()`.
+    func occupy(_ pool: ThreadPool) throws {
+        try pool.submit { [self] in
+            started.signal()
+            release.wait()
+        }
+        started.wait()
+    }
+
+    func open(_ count: Int = 1) { for _ in 0..<count { release.signal() } }
+}
+
+struct Thrown: Error, Equatable { let code: Int }
+
+/// `ThreadPool.run` for async code, `shutdown` awaited, and `OperationQueue.run`.
+final class AsyncOffloadTests: XCTestCase {
+    func testRunReturnsTheClosuresValueFromAWorker() async throws {
+        let pool = try ThreadPool(workers: 2)
+        let (value, onWorker) = try await pool.run { (6 * 7, pool.isCurrentThreadWorker) }
+        XCTAssertEqual(value, 42)
+        XCTAssertTrue(onWorker, "the closure ran off the pool")
+        try await pool.shutdown()
+    }
+
+    func testRunRethrowsTheClosuresError() async throws {
+        let pool = try ThreadPool(workers: 1)
+        do {
+            _ = try await pool.run { () throws -> Int in throw Thrown(code: 7) }
+            XCTFail("no error")
+        } catch let error as Thrown {
+            XCTAssertEqual(error, Thrown(code: 7))
+        }
+        try await pool.shutdown()
+    }
+
+    func testACancelledTaskNeverStartsItsClosure() async throws {
+        let pool = try holdablePool(workers: 1)
+        let blocker = Blocker()
+        try blocker.occupy(pool)
+        let ran = Atomic<Bool>(false)
+        let task = Task { try await pool.run { ran.store(true, ordering: .relaxed) } }
+        try await Task.sleep(for: .milliseconds(20)) // queued behind the blocker
+        task.cancel()
+        do {
+            try await task.value
+            XCTFail("a cancelled offload returned")
+        } catch is CancellationError {}
+        blocker.open()
+        try await pool.shutdown(.drain)
+        XCTAssertFalse(ran.load(ordering: .relaxed), "the closure of a cancelled task ran")
+    }
+
+    func testAClosureThatStartedRunsToItsEnd() async throws {
+        let pool = try ThreadPool(workers: 1)
+        let inside = DispatchSemaphore(value: 0)
+        let proceed = DispatchSemaphore(value: 0)
+        let task = Task {
+            try await pool.run { () -> Int in
+                inside.signal()
+                proceed.wait()
+                return 5
+            }
+        }
+        await withCheckedContinuation { c in DispatchQueue.global().async { inside.wait(); c.resume() } }
+        task.cancel()
+        proceed.signal()
+        let value = try await task.value
+        XCTAssertEqual(value, 5, "a started closure's result is returned despite the cancellation")
+        try await pool.shutdown()
+    }
+
+    func testACancellingShutdownTellsTheAwaitingTask() async throws {
+        let pool = try holdablePool(workers: 1)
+        let blocker = Blocker()
+        try blocker.occupy(pool)
+        let ran = Atomic<Bool>(false)
+        let task = Task { try await pool.run { ran.store(true, ordering: .relaxed) } }
+        try await Task.sleep(for: .milliseconds(20))
+        let shutdown = Task { try await pool.shutdown(.cancel) }
+        try await Task.sleep(for: .milliseconds(20))
+        // The running closure finishes; the queued one is discarded, not run.
+        blocker.open()
+        do {
+            try await task.value
+            XCTFail("an offload discarded by shutdown returned")
+        } catch let error as ThreadPool.Error {
+            XCTAssertEqual(error, .shutDown)
+        }
+        try await shutdown.value
+        XCTAssertFalse(ran.load(ordering: .relaxed))
+        do {
+            _ = try await pool.run { 1 }
+            XCTFail("a shut-down pool accepted an offload")
+        } catch let error as ThreadPool.Error {
+            XCTAssertEqual(error, .shutDown)
+        }
+    }
+
+    func testAwaitedShutdownDrainsWithoutHoldingTheCallersThread() async throws {
+        let pool = try ThreadPool(workers: 2)
+        let count = Atomic<Int>(0)
+        for _ in 0..<1000 { try pool.submit { count.add(1, ordering: .relaxed) } }
+        try await pool.shutdown(.drain)
+        XCTAssertEqual(count.load(ordering: .relaxed), 1000)
+        XCTAssertTrue(pool.isShuttingDown)
+    }
+
+    func testManyTasksOffloadingAtOnceAllGetTheirOwnResult() async throws {
+        let pool = try ThreadPool(workers: 2)
+        let n = Stress.count(2000)
+        let sum = try await withThrowingTaskGroup(of: Int.self) { group in
+            for i in 0..<n { group.addTask { try await pool.run { i * 2 } } }
+            return try await group.reduce(0, +)
+        }
+        XCTAssertEqual(sum, n * (n - 1))
+        try await pool.shutdown()
+    }
+
+    func testTheQueuesRunReturnsAValueAndHonoursCancellation() async throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        let value = try await queue.run { OperationQueue.current === queue }
+        XCTAssertTrue(value, "the closure did not run as an operation of the queue")
+
+        queue.isSuspended = true
+        let ran = Atomic<Bool>(false)
+        let task = Task { try await queue.run { ran.store(true, ordering: .relaxed) } }
+        try await Task.sleep(for: .milliseconds(20))
+        task.cancel()
+        // A cancelled operation still leaves its queue the way Foundation's do: once
+        // the queue retires it (here, when it resumes), without running its block.
+        queue.isSuspended = false
+        do {
+            try await task.value
+            XCTFail("a cancelled operation returned")
+        } catch is CancellationError {}
+        await queue.allOperationsFinished()
+        XCTAssertFalse(ran.load(ordering: .relaxed))
+
+        do {
+            _ = try await queue.run { () throws -> Int in throw Thrown(code: 3) }
+            XCTFail("no error")
+        } catch let error as Thrown {
+            XCTAssertEqual(error.code, 3)
+        }
+    }
+
+    func testAddOperationsAwaitedReturnsOnceAllHaveFinished() async {
+        let queue = OperationQueue()
+        let done = Atomic<Int>(0)
+        let ops = (0..<50).map { _ in BlockOperation { usleep(100); done.add(1, ordering: .relaxed) } }
+        await queue.addOperations(ops)
+        XCTAssertEqual(done.load(ordering: .relaxed), 50)
+        XCTAssertTrue(ops.allSatisfy(\.isFinished))
+    }
+}
