@@ -56,19 +56,15 @@ extension ThreadPool {
         }
         let offload = Offload(body, admission: admission)
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Swift.Error>) in
+            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
                 // A cancellation that came first (even while waiting for a slot that was
                 // then granted) is taken here, and nothing is submitted.
                 guard offload.publish(c) else { return }
-                let task = OffloadTask.make(offload)
-                let rc = spindle_submit_task(raw, task)
+                let rc = spindle_submit_task(raw, offload.submissionNode())
                 if rc != 0 {
-                    // Refused: nothing was queued. Resumed here, with the reason; the
-                    // node's own discard then finds the offload no longer pending.
-                    if offload.leavePending(to: .discarded) {
-                        c.resume(throwing: rc == ECHILD ? Error.createdBeforeFork : Error.shutDown)
-                    }
-                    releaseRefusedTask(task)
+                    // Refused: nothing was queued. The node is ours again; the offload
+                    // is resumed here, with the reason.
+                    offload.refused(rc == ECHILD ? Error.createdBeforeFork : Error.shutDown)
                 }
             }
         } onCancel: {
@@ -120,100 +116,113 @@ extension ThreadPool {
     }
 }
 
-/// The state an offloaded closure shares between the awaiting task, the worker that
-/// runs it and the pool that may discard it: who moves it out of `pending` is the one
-/// that resumes the continuation and gives back the admission slot (AD1).
+/// An offloaded closure, shared by the awaiting task, the worker that runs it and the
+/// pool that may discard it; it is also the engine task that carries it (`engineTask`,
+/// found as an operation's is: Runtime/UnsafeABI.swift), so an offload allocates one
+/// object.
+///
+/// OF1. `phase` goes from `unpublished` to `pending` once the continuation is stored
+///      (release), and from `pending` to one of `started`, `cancelled`, `discarded`
+///      by one CAS (acquire, so the winner sees the continuation). The winner resumes
+///      the continuation — with the result, `CancellationError` or the pool's refusal
+///      — and gives back the admission slot (AD1); everyone else does nothing.
+/// OF2. A cancellation before publication moves `unpublished` to `cancelled`; the
+///      publication then fails, resumes with `CancellationError` itself and submits
+///      nothing.
+/// OF3. The engine holds one reference from submission until its `run`, which either
+///      starts the offload or, when a cancelling shutdown discards it, discards it.
 class OffloadBase: @unchecked Sendable {
-    // @unchecked: `phase` and `continuation` are under `lock`; the rest is immutable.
-    enum Phase { case pending, started, cancelled, discarded }
-    let lock = Mutex<Phase>(.pending)
-    let admission: Admission?
+    // @unchecked: `engineTask` is written before submission and then only by the engine;
+    // the continuation is published through `phase` (OF1).
+    /// The engine's task node: the first stored property (see `TaskNode`).
+    @exclusivity(unchecked) final var engineTask = spindle_task(spindle_private: (nil, nil), run: nil)
+    final let phase = Atomic<UInt8>(OffloadBase.unpublished)
+    final let admission: Admission?
+
+    static let unpublished: UInt8 = 0
+    static let pending: UInt8 = 1
+    static let started: UInt8 = 2
+    static let cancelled: UInt8 = 3
+    static let discarded: UInt8 = 4
 
     init(admission: Admission?) { self.admission = admission }
 
-    /// Moves the offload from pending to `to`; true for the one caller that does (which
-    /// then gives the slot back).
-    func leavePending(to next: Phase) -> Bool {
-        let left = lock.locked { phase -> Bool in
-            guard phase == .pending else { return false }
-            phase = next
-            return true
+    /// Moves the offload from pending to `next`; true for the one caller that does,
+    /// which has then given the slot back (OF1).
+    final func leavePending(to next: UInt8) -> Bool {
+        guard phase.compareExchange(expected: OffloadBase.pending, desired: next, ordering: .acquiring).exchanged
+        else { return false }
+        admission?.giveBack()
+        return true
+    }
+
+    /// The node to submit, with the engine's reference (OF3).
+    final func submissionNode() -> UnsafeMutablePointer<spindle_task> {
+        let node = TaskNode.node(of: self)
+        node.pointee.run = { task, reason in
+            let offload = Unmanaged<OffloadBase>.fromOpaque(UnsafeRawPointer(task.unsafelyUnwrapped) - TaskNode.headerSize)
+                .takeRetainedValue()
+            if reason == SPINDLE_RUN { offload.start() } else { offload.discard(ThreadPool.Error.shutDown) }
         }
-        if left { admission?.giveBack() }
-        return left
+        _ = Unmanaged.passRetained(self)
+        return node
+    }
+
+    /// The pool refused the node: takes the engine's reference back, and tells the
+    /// awaiting task why.
+    final func refused(_ error: ThreadPool.Error) {
+        Unmanaged.passUnretained(self).release()
+        discard(error)
     }
 
     func start() {}
-    func discard() {}
+    func discard(_ error: ThreadPool.Error) {}
 }
 
 final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
-    // @unchecked: `continuation` is written once, before the offload is submitted, and
-    // read only by whoever moves it out of pending, after.
+    // @unchecked: `continuation` is written once, before `phase` publishes it, and read
+    // only by the one that moves `phase` out of pending (OF1).
     let body: @Sendable () throws -> T
-    private var continuation: CheckedContinuation<T, any Swift.Error>?
+    private var continuation: UnsafeContinuation<T, any Swift.Error>?
 
     init(_ body: @escaping @Sendable () throws -> T, admission: Admission?) {
         self.body = body
         super.init(admission: admission)
     }
 
-    /// Stores the continuation before the offload is submitted; false, having resumed
-    /// it with `CancellationError`, when the awaiting task was cancelled first.
-    func publish(_ c: CheckedContinuation<T, any Swift.Error>) -> Bool {
-        let pending = lock.locked { phase -> Bool in
-            guard phase == .pending else { return false }
-            continuation = c // under the lock: `cancel` reads it under the lock too
+    /// Stores the continuation and publishes it (OF1); false, having resumed it with
+    /// `CancellationError`, when the awaiting task was cancelled first (OF2).
+    func publish(_ c: UnsafeContinuation<T, any Swift.Error>) -> Bool {
+        continuation = c
+        // Release: the continuation before the phase that says it is there.
+        if phase.compareExchange(expected: OffloadBase.unpublished, desired: OffloadBase.pending,
+                                 ordering: .releasing).exchanged {
             return true
         }
-        if !pending { c.resume(throwing: CancellationError()) }
-        return pending
+        c.resume(throwing: CancellationError())
+        return false
     }
 
     /// The awaiting task was cancelled: if the closure has not started, it never will.
     func cancel() {
-        let c = lock.locked { phase -> CheckedContinuation<T, any Swift.Error>?? in
-            guard phase == .pending else { return nil }
-            phase = .cancelled
-            return .some(continuation)
+        // Before publication (OF2): `publish` sees it and resumes.
+        if phase.compareExchange(expected: OffloadBase.unpublished, desired: OffloadBase.cancelled,
+                                 ordering: .relaxed).exchanged {
+            admission?.giveBack()
+            return
         }
-        guard let c else { return }
-        admission?.giveBack()
-        // Not yet published: `publish` sees `.cancelled` and resumes it.
-        c?.resume(throwing: CancellationError())
+        if leavePending(to: OffloadBase.cancelled) {
+            continuation.unsafelyUnwrapped.resume(throwing: CancellationError())
+        }
     }
 
     override func start() {
-        guard leavePending(to: .started) else { return }
-        let c = continuation.unsafelyUnwrapped
-        c.resume(with: Result { try body() })
+        guard leavePending(to: OffloadBase.started) else { return }
+        continuation.unsafelyUnwrapped.resume(with: Result { try body() })
     }
 
-    override func discard() {
-        guard leavePending(to: .discarded) else { return }
-        continuation?.resume(throwing: ThreadPool.Error.shutDown)
-    }
-}
-
-/// The task node of an offload: `[spindle_task | Unmanaged<OffloadBase>]`, one malloc.
-/// Run, it starts the offload; discarded by a cancelling shutdown (or refused), it tells
-/// the awaiting task.
-enum OffloadTask {
-    static let payloadOffset = taskPayloadOffset(Unmanaged<OffloadBase>.self)
-    static let byteCount = payloadOffset + MemoryLayout<Unmanaged<OffloadBase>>.size
-
-    static func make(_ offload: OffloadBase) -> UnsafeMutablePointer<spindle_task> {
-        let raw = spindleMalloc(byteCount)
-        let task = raw.initializeMemory(
-            as: spindle_task.self,
-            repeating: spindle_task(spindle_private: (nil, nil), run: { task, reason in
-                let box = takeTaskPayload(task!, Unmanaged<OffloadBase>.self, at: OffloadTask.payloadOffset)
-                let offload = box.takeRetainedValue()
-                if reason == SPINDLE_RUN { offload.start() } else { offload.discard() }
-            }),
-            count: 1)
-        (raw + payloadOffset).initializeMemory(as: Unmanaged<OffloadBase>.self,
-                                               repeating: .passRetained(offload), count: 1)
-        return task
+    override func discard(_ error: ThreadPool.Error) {
+        guard leavePending(to: OffloadBase.discarded) else { return }
+        continuation.unsafelyUnwrapped.resume(throwing: error)
     }
 }

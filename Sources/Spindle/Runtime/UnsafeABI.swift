@@ -5,22 +5,23 @@ import CSpindle
 // with the contract its callers rely on and a test that fails if a toolchain changes
 // what it relies on (Tests/SpindleTests/Runtime/UnsafeABITests.swift).
 
-/// An operation's engine task node (`Operation.engineTask`), found by the object's
-/// layout.
+/// The engine task node inside an object — an operation's (`Operation.engineTask`), an
+/// offloaded closure's (`OffloadBase.engineTask`) — found by the object's layout.
 ///
 /// Rejected: a node allocated per submission. Freed where the task ran, it is a
 /// cross-thread free per operation; freed with the operation, it is still a second
 /// malloc/free pair per operation, and in a producer-bound queue every pair that
 /// glibc's thread cache cannot balance goes to its slow path.
 enum TaskNode {
-    // safety: `engineTask` is the first stored property of `Operation`, and a Swift
-    // class instance's stored properties start right after its header (isa pointer and
-    // reference counts, two words), for every subclass: a subclass's properties follow
-    // its superclass's. `_getUnsafePointerToStoredProperties` returns that address.
+    // safety: `object`'s class (`Operation`, `OffloadBase`) declares `engineTask` as
+    // its first stored property and has no stored superclass; a Swift class instance's
+    // stored properties start right after its header (isa pointer and reference
+    // counts, two words), for every subclass: a subclass's properties follow its
+    // superclass's. `_getUnsafePointerToStoredProperties` returns that address.
     /// Where the node is: the first stored property, just past the object header.
     @inline(__always)
-    static func node(of op: Operation) -> UnsafeMutablePointer<spindle_task> {
-        _getUnsafePointerToStoredProperties(op).assumingMemoryBound(to: spindle_task.self)
+    static func node(of object: AnyObject) -> UnsafeMutablePointer<spindle_task> {
+        _getUnsafePointerToStoredProperties(object).assumingMemoryBound(to: spindle_task.self)
     }
 
     /// The object header's size: the node's offset from the object's address.

@@ -33,6 +33,17 @@ final class UnsafeABITests: XCTestCase {
         }
     }
 
+    func testTheEngineTaskNodeIsTheFirstStoredPropertyOfAnOffload() {
+        let offload: OffloadBase = Offload({ 1 }, admission: nil)
+        offload.engineTask.run = { _, _ in }
+        let node = TaskNode.node(of: offload)
+        XCTAssertNotNil(node.pointee.run, "the node TaskNode computes is not an offload's `engineTask`")
+        node.pointee.run = nil
+        XCTAssertNil(offload.engineTask.run)
+        XCTAssertTrue(Unmanaged<OffloadBase>.fromOpaque(UnsafeRawPointer(node) - TaskNode.headerSize)
+            .takeUnretainedValue() === offload, "the header size is wrong for an offload")
+    }
+
     func testAGuaranteedReferenceIsNotRetained() {
         // The finish protocol reaches dependents that may be in their deinit through
         // `withGuaranteedReference`; a retain there would run that deinit twice.
