@@ -17,6 +17,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // The ecosystem's logging API: Spindle's few notes go to a swift-log Logger.
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        // The ecosystem's metrics API (PoolMetrics).
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
         // `swift package generate-documentation --target Spindle` (DocC catalog in
         // Sources/Spindle/Spindle.docc).
@@ -39,7 +41,11 @@ let package = Package(
         ),
         .target(
             name: "Spindle",
-            dependencies: ["CSpindle", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "CSpindle",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+            ]
         ),
         .target(
             name: "SpindleServiceLifecycle",
@@ -66,6 +72,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
             path: "Benchmarks/bench"
         ),
@@ -74,6 +81,8 @@ let package = Package(
             dependencies: [
                 "Spindle", "CSpindle", "SpindleServiceLifecycle",
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             exclude: ["Fixtures"]
         ),

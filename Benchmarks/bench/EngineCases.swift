@@ -22,17 +22,20 @@ final class IntBox: @unchecked Sendable {
 
 /// N empty closures from a thread outside the pool, then wait for all.
 func submitCase(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) throws -> CaseResult {
-    try measure("submit", tasks: tasks, reps: reps, reference: "dispatch", alsoVs: [("spindle", "nio")], [
-        SystemRun(name: "spindle") {
-            let c = Countdown(tasks)
-            let work: @Sendable () -> Void = { c.hit() }
-            let t = try timed {
-                for _ in 0..<tasks { try pool.submit(work) }
-                c.wait()
-            }.ns
-            guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("submit: spindle lost tasks") }
-            return t
-        },
+    func spindleRun() throws -> Double {
+        let c = Countdown(tasks)
+        let work: @Sendable () -> Void = { c.hit() }
+        let t = try timed {
+            for _ in 0..<tasks { try pool.submit(work) }
+            c.wait()
+        }.ns
+        guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("submit: spindle lost tasks") }
+        return t
+    }
+    return try measure("submit", tasks: tasks, reps: reps, reference: "dispatch",
+                       alsoVs: [("spindle", "nio"), ("spindle-metrics", "spindle")], [
+        SystemRun(name: "spindle") { try spindleRun() },
+        SystemRun(name: "spindle-metrics") { try withMetricsPublished(["bench": pool]) { try spindleRun() } },
         SystemRun(name: "dispatch") { try dispatchGroupRun(DispatchQueue.global(), tasks: tasks, name: "submit") },
         SystemRun(name: "nio") {
             let c = Countdown(tasks)

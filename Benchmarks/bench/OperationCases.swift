@@ -17,6 +17,13 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
                            setWidth: { $0.maxConcurrentOperationCount = $1 },
                            add: { $0.addOperation($1) }, wait: { $0.waitUntilAllOperationsAreFinished() })
         },
+        SystemRun(name: "spindle-metrics") {
+            try withMetricsPublished(nil) {
+                try addAndWait(tasks, name: name, who: "spindle", queue: Spindle.OperationQueue(), width: width,
+                               setWidth: { $0.maxConcurrentOperationCount = $1 },
+                               add: { $0.addOperation($1) }, wait: { $0.waitUntilAllOperationsAreFinished() })
+            }
+        },
         SystemRun(name: "foundation") {
             try addAndWait(tasks, name: name, who: "foundation", queue: Foundation.OperationQueue(), width: width,
                            setWidth: { $0.maxConcurrentOperationCount = $1 },
@@ -26,7 +33,7 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
             try dispatchGroupRun(width == 1 ? DispatchQueue(label: "bench.serial") : .global(), tasks: tasks, name: name)
         },
     ]
-    var alsoVs = [("spindle", "foundation")]
+    var alsoVs = [("spindle", "foundation"), ("spindle-metrics", "spindle")]
     if width == nil {
         systems.append(SystemRun(name: "pool-submit") { try poolSubmitRun(tasks, name: name) })
         alsoVs += [("spindle", "pool-submit"), ("pool-submit", "foundation")]

@@ -88,3 +88,20 @@ uint32_t spindle_pool_requested_slice_ns(const spindle_pool *pool) {
     if (atomic_load_explicit(&((spindle_pool *)pool)->slice_not_asked, memory_order_relaxed)) return 0;
     return pool->requested_slice_ns;
 }
+
+uint64_t spindle_pool_queued(const spindle_pool *pool) {
+    spindle_pool *p = (spindle_pool *)pool;
+    /* Relaxed, all: a gauge for an operator, read while the queues move. */
+    int64_t n = atomic_load_explicit(&p->injector.len, memory_order_relaxed);
+    uint32_t slots = spindle_pool_slot_count(pool);
+    for (uint32_t i = 0; i < slots; i++) n += spindle_deque_len(&p->workers[i]->deque);
+    return n > 0 ? (uint64_t)n : 0;
+}
+
+uint32_t spindle_pool_parked(const spindle_pool *pool) {
+    spindle_pool *p = (spindle_pool *)pool;
+    pthread_mutex_lock(&p->idle.lock);
+    uint32_t n = p->idle.nsleepers;
+    pthread_mutex_unlock(&p->idle.lock);
+    return n;
+}

@@ -300,6 +300,10 @@ uint32_t spindle_pool_stats(const spindle_pool *pool, spindle_worker_stats *out,
 
 /** The pool's workers plus the spare slots it has made so far (spare.c). */
 uint32_t spindle_pool_slot_count(const spindle_pool *pool);
+/** Tasks queued and not started (the injector and every deque), an estimate that is
+ *  exact only when the pool is quiet; and the workers parked right now. For gauges. */
+uint64_t spindle_pool_queued(const spindle_pool *pool);
+uint32_t spindle_pool_parked(const spindle_pool *pool);
 
 /** Sum of the CPU time consumed by all of this pool's worker threads, in nanoseconds. */
 uint64_t spindle_pool_cpu_time_ns(const spindle_pool *pool);

@@ -50,11 +50,19 @@ extension ThreadPool {
         try Task.checkCancellation()
         if let admission {
             switch ifFull {
-            case .wait: try await admission.take()
-            case .fail: guard admission.tryTake() else { throw isShuttingDown ? Error.shutDown : Error.overloaded }
+            case .wait:
+                do { try await admission.take() } catch let error as Error {
+                    refusals.add(1, ordering: .relaxed)
+                    throw error
+                }
+            case .fail:
+                guard admission.tryTake() else {
+                    refusals.add(1, ordering: .relaxed)
+                    throw isShuttingDown ? Error.shutDown : Error.overloaded
+                }
             }
         }
-        let offload = Offload(body, admission: admission)
+        let offload = Offload(body, admission: admission, timers: offloadTimers.current)
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
                 // A cancellation that came first (even while waiting for a slot that was
@@ -64,6 +72,7 @@ extension ThreadPool {
                 if rc != 0 {
                     // Refused: nothing was queued. The node is ours again; the offload
                     // is resumed here, with the reason.
+                    refusals.add(1, ordering: .relaxed)
                     offload.refused(rc == ECHILD ? Error.createdBeforeFork : Error.shutDown)
                 }
             }
@@ -89,7 +98,10 @@ extension ThreadPool {
     /// when the closure starts. A cancelling shutdown that discards it closes the
     /// admission first, so the slot it keeps is never waited for.
     func submitAdmitted(_ work: consuming @escaping @Sendable () -> Void, _ admission: Admission) throws {
-        guard admission.tryTake() else { throw isShuttingDown ? Error.shutDown : Error.overloaded }
+        guard admission.tryTake() else {
+            refusals.add(1, ordering: .relaxed)
+            throw isShuttingDown ? Error.shutDown : Error.overloaded
+        }
         let task = ClosureTask.make { [work] in
             admission.giveBack()
             work()
@@ -98,6 +110,7 @@ extension ThreadPool {
         if rc != 0 {
             releaseRefusedTask(task)
             admission.giveBack()
+            refusals.add(1, ordering: .relaxed)
             throw rc == ECHILD ? Error.createdBeforeFork : Error.shutDown
         }
     }
@@ -184,9 +197,15 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     // only by the one that moves `phase` out of pending (OF1).
     let body: @Sendable () throws -> T
     private var continuation: UnsafeContinuation<T, any Swift.Error>?
+    /// The pool's timers when it is being timed (``PoolMetrics``), and when the offload
+    /// was made.
+    private let timers: OffloadTimers?
+    private let madeAt: UInt64
 
-    init(_ body: @escaping @Sendable () throws -> T, admission: Admission?) {
+    init(_ body: @escaping @Sendable () throws -> T, admission: Admission?, timers: OffloadTimers? = nil) {
         self.body = body
+        self.timers = timers
+        self.madeAt = timers == nil ? 0 : DispatchTime.now().uptimeNanoseconds
         super.init(admission: admission)
     }
 
@@ -218,7 +237,16 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
 
     override func start() {
         guard leavePending(to: OffloadBase.started) else { return }
-        continuation.unsafelyUnwrapped.resume(with: Result { try body() })
+        guard let timers else {
+            continuation.unsafelyUnwrapped.resume(with: Result { try body() })
+            return
+        }
+        let started = DispatchTime.now().uptimeNanoseconds
+        let result = Result { try body() }
+        let ended = DispatchTime.now().uptimeNanoseconds
+        timers.queueDelay.recordNanoseconds(Int64(started &- madeAt))
+        timers.runTime.recordNanoseconds(Int64(ended &- started))
+        continuation.unsafelyUnwrapped.resume(with: result)
     }
 
     override func discard(_ error: ThreadPool.Error) {

@@ -1,5 +1,6 @@
 import CSpindle
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -42,6 +43,12 @@ public final class ThreadPool: @unchecked Sendable {
     let isProcessWide: Bool
     /// The admission limit, for a pool configured with a ``Configuration/queueLimit``.
     let admission: Admission?
+    /// Its threads' name prefix (``Configuration/name``): its `pool` metrics dimension.
+    let name: String
+    /// Submissions refused (over the queue limit, or after shutdown), for metrics.
+    let refusals = Atomic<UInt64>(0)
+    /// The offload timers, while a ``PoolMetrics`` publishes this pool's metrics.
+    let offloadTimers = OffloadTimerSlot()
 
     /// What happens to queued work when the pool shuts down.
     public enum ShutdownMode: Sendable {
@@ -272,6 +279,7 @@ public final class ThreadPool: @unchecked Sendable {
         self.workerCount = Int(spindle_pool_worker_count(pool))
         self.isProcessWide = processWide
         self.admission = configuration.queueLimit.map { Admission(limit: $0) }
+        self.name = configuration.name
         if !processWide { reportRefusals(to: configuration.logger, name: configuration.name) }
     }
 
@@ -314,6 +322,7 @@ public final class ThreadPool: @unchecked Sendable {
         let rc = spindle_submit_task(raw, task)
         if rc != 0 {
             releaseRefusedTask(task)
+            refusals.add(1, ordering: .relaxed)
             throw rc == ECHILD ? Error.createdBeforeFork : Error.shutDown
         }
     }

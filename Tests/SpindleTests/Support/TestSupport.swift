@@ -127,3 +127,14 @@ enum Fixtures {
             .appendingPathComponent("Fixtures/topology/\(name)").path
     }
 }
+
+/// Counts down from `n`; the thread that reaches zero signals the waiter.
+final class Countdown: Sendable {
+    let remaining: Atomic<Int>
+    private let done = DispatchSemaphore(value: 0)
+    init(_ n: Int) { remaining = Atomic(n) }
+    func hit() {
+        if remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.signal() }
+    }
+    func wait() { done.wait() }
+}

@@ -1,0 +1,160 @@
+import CSpindle
+import CoreMetrics
+import Foundation
+import Synchronization
+
+/// Publishes pools' metrics through swift-metrics, for whatever backend the program
+/// bootstrapped (`MetricsSystem.bootstrap`: Prometheus, StatsD, OpenTelemetry, …).
+///
+/// ```swift
+/// MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+/// let metrics = PoolMetrics()          // the quality-of-service classes, every second
+/// ```
+///
+/// The metrics are created once, with fixed dimensions — `pool` (its thread-name
+/// prefix, or the name given) and, for the process-wide pools, `qos` — and updated
+/// periodically from the engine's per-worker counters, so the paths that submit and run
+/// work pay nothing for them:
+///
+/// | metric | kind | what |
+/// |---|---|---|
+/// | `spindle_tasks_executed_total` | counter | tasks run |
+/// | `spindle_tasks_stolen_total` | counter | tasks a worker took from another's deque |
+/// | `spindle_tasks_refused_total` | counter | submissions refused: over the queue limit, or after shutdown |
+/// | `spindle_tasks_queued` | gauge | tasks queued and not started (an estimate while the pool is busy) |
+/// | `spindle_workers_running` | gauge | workers not parked, spares included |
+/// | `spindle_workers_parked` | gauge | workers parked |
+/// | `spindle_cpu_seconds_total` | floating-point counter | CPU time the pool's threads used |
+/// | `spindle_offload_queue_delay` | timer | ``ThreadPool/run(_:)``: from the call to the closure's start |
+/// | `spindle_offload_run_time` | timer | ``ThreadPool/run(_:)``: the closure's own time |
+///
+/// CPU time per class tells an operator what background work really costs. The timers
+/// cover closures awaited with ``ThreadPool/run(_:)``, timed while a `PoolMetrics`
+/// publishes the pool's metrics (two clock reads per offload).
+public final class PoolMetrics: Sendable {
+    private let stopped = DispatchSemaphore(value: 0)
+    private let done = Atomic<Bool>(false)
+    private let pools: [(pool: ThreadPool, set: MetricSet)]
+
+    /// Publishes the process-wide pools' metrics — one set per quality-of-service
+    /// class, the class pools created if they were not yet — every `interval`.
+    public convenience init(every interval: Duration = .seconds(1)) {
+        let classes: [(QualityOfService, String)] = [
+            (.userInteractive, "userInteractive"), (.userInitiated, "userInitiated"), (.default, "default"),
+            (.utility, "utility"), (.background, "background"),
+        ]
+        self.init(classes.map { qos, label in
+            let pool = ThreadPool.forQualityOfService(qos)
+            return (pool, [("pool", pool.name), ("qos", label)])
+        }, every: interval)
+    }
+
+    /// Publishes the metrics of `pools`, keyed by the name each is published under
+    /// (its `pool` dimension), every `interval`.
+    public convenience init(pools: [String: ThreadPool], every interval: Duration = .seconds(1)) {
+        self.init(pools.sorted { $0.key < $1.key }.map { ($0.value, [("pool", $0.key)]) }, every: interval)
+    }
+
+    private init(_ pools: [(ThreadPool, [(String, String)])], every interval: Duration) {
+        self.pools = pools.map { pool, dimensions in (pool, MetricSet(dimensions)) }
+        for (pool, set) in self.pools { pool.offloadTimers.publish(set.timers) }
+        let nanos = max(1_000_000, interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000)
+        Thread.detachNewThread { [self] in
+            while !done.load(ordering: .acquiring) {
+                publish()
+                _ = stopped.wait(timeout: .now() + .nanoseconds(Int(nanos)))
+            }
+            publish()
+        }
+    }
+
+    /// Publishes once more and stops.
+    public func stop() {
+        guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        for (pool, _) in pools { pool.offloadTimers.publish(nil) }
+        stopped.signal()
+    }
+
+    deinit { stop() }
+
+    /// One round: every pool's counters, as deltas since the last round, and its gauges.
+    private func publish() {
+        for (pool, set) in pools { set.publish(pool) }
+    }
+}
+
+/// One pool's metrics, created once with its dimensions, and what was published last
+/// (counters take deltas).
+final class MetricSet: @unchecked Sendable {
+    // @unchecked: `last` is touched only by the publishing thread.
+    let executed, stolen, refused: Counter
+    let queued, running, parked: Gauge
+    let cpu: FloatingPointCounter
+    let timers: OffloadTimers
+    private var last = (executed: UInt64(0), stolen: UInt64(0), refused: UInt64(0), cpu: Duration.zero)
+
+    init(_ dimensions: [(String, String)]) {
+        executed = Counter(label: "spindle_tasks_executed_total", dimensions: dimensions)
+        stolen = Counter(label: "spindle_tasks_stolen_total", dimensions: dimensions)
+        refused = Counter(label: "spindle_tasks_refused_total", dimensions: dimensions)
+        queued = Gauge(label: "spindle_tasks_queued", dimensions: dimensions)
+        running = Gauge(label: "spindle_workers_running", dimensions: dimensions)
+        parked = Gauge(label: "spindle_workers_parked", dimensions: dimensions)
+        cpu = FloatingPointCounter(label: "spindle_cpu_seconds_total", dimensions: dimensions)
+        timers = OffloadTimers(
+            queueDelay: CoreMetrics.Timer(label: "spindle_offload_queue_delay", dimensions: dimensions),
+            runTime: CoreMetrics.Timer(label: "spindle_offload_run_time", dimensions: dimensions))
+    }
+
+    func publish(_ pool: ThreadPool) {
+        let stats = pool.stats
+        let executed = stats.reduce(0) { $0 + $1.executed }
+        let stolen = stats.reduce(0) { $0 + $1.stolen }
+        let refused = pool.refusals.load(ordering: .relaxed)
+        let cpu = stats.reduce(Duration.zero) { $0 + $1.cpuTime }
+        // Spare slots are reused, so a slot's counters may restart: never count back.
+        if executed > last.executed { self.executed.increment(by: Int64(executed - last.executed)) }
+        if stolen > last.stolen { self.stolen.increment(by: Int64(stolen - last.stolen)) }
+        if refused > last.refused { self.refused.increment(by: Int64(refused - last.refused)) }
+        if cpu > last.cpu {
+            let d = (cpu - last.cpu).components
+            self.cpu.increment(by: Double(d.seconds) + Double(d.attoseconds) / 1e18)
+        }
+        last = (max(executed, last.executed), max(stolen, last.stolen), max(refused, last.refused), max(cpu, last.cpu))
+        let parkedNow = Int(spindle_pool_parked(pool.raw))
+        queued.record(Int64(spindle_pool_queued(pool.raw)))
+        parked.record(Int64(parkedNow))
+        running.record(Int64(max(0, stats.count - parkedNow)))
+    }
+}
+
+/// The two offload timers of a pool, while a ``PoolMetrics`` publishes them.
+final class OffloadTimers: Sendable {
+    let queueDelay: CoreMetrics.Timer
+    let runTime: CoreMetrics.Timer
+    init(queueDelay: CoreMetrics.Timer, runTime: CoreMetrics.Timer) {
+        self.queueDelay = queueDelay
+        self.runTime = runTime
+    }
+}
+
+/// Where an offload finds its pool's timers: an atomic word holding a retained
+/// `OffloadTimers` (0: not timed). Read on every offload, so one relaxed-acquire load
+/// and no lock. A replaced box is never released: an offload may still be recording
+/// into it, and a program publishes a pool's metrics a handful of times at most.
+final class OffloadTimerSlot: Sendable {
+    private let word = Atomic<UInt>(0)
+
+    func publish(_ timers: OffloadTimers?) {
+        let bits = timers.map { UInt(bitPattern: Unmanaged.passRetained($0).toOpaque()) } ?? 0
+        word.store(bits, ordering: .releasing)
+    }
+
+    /// The timers, if the pool is being timed. Unretained: they are never released.
+    @inline(__always)
+    var current: OffloadTimers? {
+        let bits = word.load(ordering: .acquiring)
+        return bits == 0 ? nil : Unmanaged<OffloadTimers>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
+            .takeUnretainedValue()
+    }
+}

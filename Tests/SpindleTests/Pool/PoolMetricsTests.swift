@@ -1,0 +1,66 @@
+import CoreMetrics
+import Foundation
+import MetricsTestKit
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// The metrics backend for the whole test process (swift-metrics bootstraps once).
+let testMetrics: TestMetrics = {
+    let m = TestMetrics()
+    MetricsSystem.bootstrap(m)
+    return m
+}()
+
+final class PoolMetricsTests: XCTestCase {
+    func testAPoolsCountersGaugesAndTimersArePublished() async throws {
+        let metrics = testMetrics
+        let pool = try ThreadPool(workers: 2)
+        let publisher = PoolMetrics(pools: ["resize": pool], every: .milliseconds(10))
+        let done = Countdown(1000)
+        for _ in 0..<1000 { try pool.submit { done.hit() } }
+        done.wait()
+        for i in 0..<50 { _ = try await pool.run { i * 2 } }
+        try await Task.sleep(for: .milliseconds(50))
+        publisher.stop()
+        let dims = [("pool", "resize")]
+        let executed = try metrics.expectCounter("spindle_tasks_executed_total", dims).totalValue
+        XCTAssertGreaterThanOrEqual(executed, 1050, "executed tasks were not counted")
+        XCTAssertEqual(try metrics.expectTimer("spindle_offload_queue_delay", dims).values.count, 50)
+        XCTAssertEqual(try metrics.expectTimer("spindle_offload_run_time", dims).values.count, 50)
+        XCTAssertNotNil(try metrics.expectGauge("spindle_workers_parked", dims).lastValue)
+        XCTAssertNotNil(try metrics.expectGauge("spindle_tasks_queued", dims).lastValue)
+        XCTAssertNotNil(try metrics.expectGauge("spindle_workers_running", dims).lastValue)
+        _ = try metrics.expectCounter("spindle_cpu_seconds_total", dims)
+        // Once stopped, offloads are no longer timed.
+        _ = try await pool.run { 1 }
+        XCTAssertEqual(try metrics.expectTimer("spindle_offload_run_time", dims).values.count, 50)
+        try await pool.shutdown()
+    }
+
+    func testRefusalsAreCounted() throws {
+        let metrics = testMetrics
+        let pool = try holdablePool(workers: 1, queueLimit: 1)
+        let blocker = Blocker()
+        try blocker.occupy(pool)
+        let publisher = PoolMetrics(pools: ["limited": pool], every: .milliseconds(5))
+        XCTAssertTrue(pool.trySubmit {})
+        for _ in 0..<7 { XCTAssertFalse(pool.trySubmit {}) }
+        usleep(30_000)
+        publisher.stop()
+        XCTAssertEqual(try metrics.expectCounter("spindle_tasks_refused_total", [("pool", "limited")]).totalValue, 7)
+        blocker.open()
+        try pool.shutdown()
+    }
+
+    func testTheClassPoolsArePublishedWithTheirQualityOfService() throws {
+        let metrics = testMetrics
+        let publisher = PoolMetrics(every: .milliseconds(5))
+        _ = ThreadPool.forQualityOfService(.background).run { usleep(1000) }
+        usleep(30_000)
+        publisher.stop()
+        _ = try metrics.expectCounter("spindle_tasks_executed_total", [("pool", "spindle-bg"), ("qos", "background")])
+        _ = try metrics.expectCounter("spindle_cpu_seconds_total", [("pool", "spindle-w"), ("qos", "default")])
+    }
+}
