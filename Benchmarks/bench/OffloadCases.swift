@@ -2,7 +2,6 @@ import Dispatch
 import Foundation
 import NIOPosix
 import Spindle
-import Synchronization
 
 /// swift-nio's thread pool, the peer Swift servers offload blocking and CPU work to
 /// today: one thread per usable CPU, started once for the whole run.
@@ -20,19 +19,25 @@ final class NIOPeer: Sendable {
 /// Runs `body` on a task and waits for it on this (outside) thread: the cases' systems
 /// are timed from a plain thread, as a server's benchmark client would be.
 func awaitFromThread<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let outcome = Mutex<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
+    let outcome = AsyncOutcome<T>()
     Task.detached {
         do {
-            let value = try await body()
-            outcome.withLock { $0 = .success(value) }
+            outcome.result = .success(try await body())
         } catch {
-            outcome.withLock { $0 = .failure(error) }
+            outcome.result = .failure(error)
         }
-        done.signal()
+        outcome.done.signal()
     }
-    done.wait()
-    return try outcome.withLock { $0! }.get()
+    outcome.done.wait()
+    return try outcome.result!.get()
+}
+
+/// What `awaitFromThread`'s task produced.
+final class AsyncOutcome<T>: @unchecked Sendable {
+    // @unchecked: `result` is written by the task before `done` is signalled, and read by
+    // the waiting thread after.
+    var result: Result<T, any Error>?
+    let done = DispatchSemaphore(value: 0)
 }
 
 /// The work each offload does: a little arithmetic over a small buffer, so that the

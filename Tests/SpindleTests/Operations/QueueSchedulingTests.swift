@@ -302,8 +302,8 @@ final class QueueSchedulingTests: XCTestCase {
         // a count observer, progress), an operation may add another from inside, the
         // queue may drain and be refilled, and handed-out operations may be cancelled
         // from another thread after the queue was dropped. A use-after-free here is
-        // reported under AddressSanitizer (CI runs it; a variant that dropped the
-        // reference before its finisher's last access was caught at once), and may be
+        // reported under AddressSanitizer (CI runs it; a queue that dropped its
+        // reference before its finisher's last access fails there at once), and may be
         // a crash or a lost operation without it; a queue that never drops its own
         // reference fails the last check.
         let rounds = Stress.count(5_000)
