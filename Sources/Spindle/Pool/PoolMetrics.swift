@@ -25,11 +25,11 @@ import Synchronization
 /// | `spindle_workers_running` | gauge | workers not parked, spares included |
 /// | `spindle_workers_parked` | gauge | workers parked |
 /// | `spindle_cpu_seconds_total` | floating-point counter | CPU time the pool's threads used |
-/// | `spindle_offload_queue_delay` | timer | ``ThreadPool/run(_:)``: from the call to the closure's start |
-/// | `spindle_offload_run_time` | timer | ``ThreadPool/run(_:)``: the closure's own time |
+/// | `spindle_offload_queue_delay` | timer | `ThreadPool.run(_:)` (async): from the call to the closure's start |
+/// | `spindle_offload_run_time` | timer | `ThreadPool.run(_:)` (async): the closure's own time |
 ///
 /// CPU time per class tells an operator what background work really costs. The timers
-/// cover closures awaited with ``ThreadPool/run(_:)``, timed while a `PoolMetrics`
+/// cover closures awaited with `ThreadPool.run(_:)` (async), timed while a `PoolMetrics`
 /// publishes the pool's metrics (two clock reads per offload).
 public final class PoolMetrics: Sendable {
     private let stopped = DispatchSemaphore(value: 0)

@@ -41,7 +41,7 @@ extension ThreadPool {
         try await run(ifFull: .wait, body)
     }
 
-    /// ``run(_:)`` on a pool with a ``Configuration/queueLimit``, choosing what happens
+    /// The async `run(_:)` on a pool with a ``Configuration/queueLimit``, choosing what happens
     /// when the pool is full: wait for room (first come first served), or throw
     /// ``Error/overloaded`` at once.
     public func run<T: Sendable>(ifFull: FullPolicy,
@@ -115,7 +115,7 @@ extension ThreadPool {
         }
     }
 
-    /// Stops the pool as ``shutdown(_:)`` does, suspending the calling task instead of
+    /// Stops the pool as `shutdown(_:)` does, suspending the calling task instead of
     /// blocking its thread: the wait for the workers to exit happens on a thread of its
     /// own, so a cooperative thread (or an event loop) is never held.
     public func shutdown(_ mode: ShutdownMode = .drain) async throws {

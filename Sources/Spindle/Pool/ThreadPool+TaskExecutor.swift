@@ -24,7 +24,7 @@ import Glibc
 /// class's nice value, which a task's `priority` alone does not on Linux.
 ///
 /// ### Nothing is dropped
-/// A job the pool cannot run — it was submitted after ``ThreadPool/shutdown(_:)``
+/// A job the pool cannot run — it was submitted after `shutdown(_:)`
 /// began, or was still queued when a ``ThreadPool/ShutdownMode/cancel`` shutdown
 /// discarded the queue — is handed to Swift's global concurrent executor instead.
 /// Dropping it would leave its task suspended forever, and whoever awaits it with it.

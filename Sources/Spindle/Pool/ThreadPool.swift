@@ -68,10 +68,10 @@ public final class ThreadPool: @unchecked Sendable {
         /// pool in the child (the process-wide pools, ``shared`` and the quality-of-
         /// service classes, are made anew there on first use).
         case createdBeforeFork
-        /// ``shutdown(_:)`` was called from one of the pool's own workers, where
+        /// `shutdown(_:)` was called from one of the pool's own workers, where
         /// waiting for the workers to exit would wait forever.
         case shutdownFromOwnWorker
-        /// ``shutdown(_:)`` was called on ``ThreadPool/shared`` or a quality-of-service
+        /// `shutdown(_:)` was called on ``ThreadPool/shared`` or a quality-of-service
         /// pool: every ``OperationQueue`` in the process runs on them.
         case processWidePool
         /// The pool holds as many queued closures as its ``Configuration/queueLimit``
@@ -312,7 +312,7 @@ public final class ThreadPool: @unchecked Sendable {
     /// fast path: no shared cache line); from any other thread it goes to the shared
     /// injector queue. Costs one allocation (the closure's node) and no lock.
     ///
-    /// - Throws: ``Error/shutDown`` once ``shutdown(_:)`` has begun; the closure is then
+    /// - Throws: ``Error/shutDown`` once `shutdown(_:)` has begun; the closure is then
     ///   released without running, and nothing was queued. ``Error/createdBeforeFork``
     ///   in a child process made by `fork()`, for a pool created before it.
     ///   ``Error/overloaded`` when the pool is at its ``Configuration/queueLimit``.
@@ -351,7 +351,7 @@ public final class ThreadPool: @unchecked Sendable {
         }
     }
 
-    /// True once ``shutdown(_:)`` has begun.
+    /// True once `shutdown(_:)` has begun.
     public var isShuttingDown: Bool { spindle_pool_is_shutting_down(raw) }
 
     /// True when the calling thread is one of this pool's workers.
