@@ -124,7 +124,8 @@ final class MetricSet: @unchecked Sendable {
         let parkedNow = Int(spindle_pool_parked(pool.raw))
         queued.record(Int64(spindle_pool_queued(pool.raw)))
         parked.record(Int64(parkedNow))
-        running.record(Int64(max(0, stats.count - parkedNow)))
+        // Spare slots stay in `stats` once made, vacant or not: count the live ones.
+        running.record(Int64(max(0, pool.workerCount + pool.spareWorkerCount - parkedNow)))
     }
 }
 
