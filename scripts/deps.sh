@@ -7,6 +7,8 @@
 # time (Sources/CSpindle/numa.c). The scripts install its runtime library so that tests
 # and benchmarks run with node-local memory wherever the machine has several nodes:
 #   libnuma1   NUMA memory placement (optional for Spindle itself)
+# and, for scripts/service-bench.sh only (`spindle_ensure_deps wrk`):
+#   wrk        the HTTP load generator
 spindle_have_lib() {
   # ldconfig's cache, then the usual multiarch directories.
   { command -v ldconfig >/dev/null && ldconfig -p 2>/dev/null | grep -q "$1"; } && return 0
@@ -16,6 +18,9 @@ spindle_have_lib() {
 spindle_ensure_deps() {
   local missing=()
   spindle_have_lib libnuma.so.1 || missing+=(libnuma1)
+  for extra in "$@"; do
+    command -v "$extra" >/dev/null || missing+=("$extra")
+  done
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "spindle: installing ${missing[*]}" >&2
   local sudo=()

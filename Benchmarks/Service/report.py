@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Turns scripts/service-bench.sh's measurements into its report.
+
+Each input line is one run: a strategy (or `unloaded`: the light endpoint alone, or
+`spindle-limited-overload`: admission control at twice the connections), the heavy
+endpoint's wrk summary and the light endpoint's. Per strategy, over the rounds: the
+median heavy throughput (successful requests per second), the median of the light
+endpoint's p50, p99 and p99.9, and the totals of 503s and failures. Ratios are against
+the best strategy that is not Spindle's, in the same run.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+SPINDLE = ("spindle", "spindle-queue", "spindle-limited")
+PEERS = ("inline", "detached", "nio")
+
+
+def load(path):
+    runs = {}
+    for line in open(path):
+        line = line.strip()
+        if not line:
+            continue
+        r = json.loads(line)
+        runs.setdefault(r["label"], []).append(r)
+    return runs
+
+
+def summarise(label, runs):
+    heavy = [r["heavy"] for r in runs if r["heavy"]]
+    light = [r["light"] for r in runs]
+    rps = [h["ok"] / (h["duration_us"] / 1e6) for h in heavy] if heavy else []
+    return {
+        "strategy": label,
+        "connections": runs[0]["connections"],
+        "rounds": len(runs),
+        "heavy_rps": statistics.median(rps) if rps else None,
+        "heavy_ok": sum(h["ok"] for h in heavy),
+        "light_p50_us": statistics.median(l["p50_us"] for l in light),
+        "light_p99_us": statistics.median(l["p99_us"] for l in light),
+        "light_p999_us": statistics.median(l["p999_us"] for l in light),
+        "light_ok": sum(l["ok"] for l in light),
+        "s503": sum(h["s503"] for h in heavy) + sum(l["s503"] for l in light),
+        "failures": sum(h["other_status"] + h["socket_errors"] for h in heavy)
+        + sum(l["other_status"] + l["socket_errors"] for l in light),
+    }
+
+
+def ratios(rows):
+    """Spindle's strategies against the best non-Spindle one, and the targets."""
+    by = {r["strategy"]: r for r in rows}
+    peers = [r for r in rows if r["strategy"] in PEERS and r["heavy_rps"] is not None]
+    out = []
+    if not peers:
+        return out
+    best_p99 = min(peers, key=lambda r: r["light_p99_us"])
+    best_rps = max(peers, key=lambda r: r["heavy_rps"])
+    for s in SPINDLE:
+        r = by.get(s)
+        if not r or r["heavy_rps"] is None:
+            continue
+        out.append({"strategy": s, "light_p99_vs": best_p99["strategy"],
+                    "light_p99_ratio": r["light_p99_us"] / best_p99["light_p99_us"],
+                    "heavy_rps_vs": best_rps["strategy"], "heavy_rps_ratio": r["heavy_rps"] / best_rps["heavy_rps"]})
+    unloaded = by.get("unloaded")
+    overload = by.get("spindle-limited-overload")
+    if unloaded and overload:
+        out.append({"strategy": "spindle-limited-overload", "light_p99_vs": "unloaded",
+                    "light_p99_ratio": overload["light_p99_us"] / unloaded["light_p99_us"],
+                    "failures": overload["failures"]})
+    return out
+
+
+def fmt_us(us):
+    return f"{us / 1000:.2f}" if us >= 1000 else f"{us / 1000:.3f}"
+
+
+def table(rows, rs, args):
+    lines = [f"service-bench: {args.cpus} CPUs, {args.rounds} round(s) of {args.seconds} s per strategy",
+             f"{'strategy':26} {'conns':>5} {'heavy req/s':>11} {'light p50 ms':>12} {'p99 ms':>8} {'p99.9 ms':>9} {'503s':>6} {'failed':>6}"]
+    for r in rows:
+        rps = f"{r['heavy_rps']:.1f}" if r["heavy_rps"] is not None else "-"
+        lines.append(f"{r['strategy']:26} {r['connections']:>5} {rps:>11} {fmt_us(r['light_p50_us']):>12} "
+                     f"{fmt_us(r['light_p99_us']):>8} {fmt_us(r['light_p999_us']):>9} {r['s503']:>6} {r['failures']:>6}")
+    lines.append("")
+    for x in rs:
+        if "heavy_rps_ratio" in x:
+            lines.append(f"{x['strategy']}: light p99 {x['light_p99_ratio']:.3g}x {x['light_p99_vs']}'s "
+                         f"(target <= 0.2), heavy req/s {x['heavy_rps_ratio']:.3g}x {x['heavy_rps_vs']}'s (target >= 0.95)")
+        else:
+            lines.append(f"{x['strategy']}: light p99 {x['light_p99_ratio']:.3g}x its unloaded p99 (target <= 2), "
+                         f"{x['failures']} accepted requests failed (target 0)")
+    return "\n".join(lines) + "\n"
+
+
+def svg(rows):
+    """Two bar charts: light p99 (lower is better) and heavy throughput."""
+    data = [r for r in rows if r["strategy"] != "unloaded"]
+    w, bar, gap, left = 720, 18, 8, 200
+    h = 60 + 2 * (len(data) * (bar + gap) + 40)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">']
+    y = 20
+    for title, key, unit in (("light endpoint p99 under heavy load (ms, lower is better)", "light_p99_us", 1000),
+                             ("heavy endpoint throughput (requests/s)", "heavy_rps", 1)):
+        out.append(f'<text x="10" y="{y + 12}" font-weight="bold">{title}</text>')
+        y += 24
+        vals = [(r["strategy"], (r[key] or 0) / unit) for r in data]
+        top = max(v for _, v in vals) or 1
+        for name, v in vals:
+            colour = "#2a7" if name in SPINDLE or name.startswith("spindle") else "#888"
+            length = (w - left - 80) * v / top
+            out.append(f'<text x="10" y="{y + bar - 5}">{name}</text>')
+            out.append(f'<rect x="{left}" y="{y}" width="{length:.1f}" height="{bar}" fill="{colour}"/>')
+            out.append(f'<text x="{left + length + 5:.1f}" y="{y + bar - 5}">{v:.3g}</text>')
+            y += bar + gap
+        y += 16
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("results")
+    p.add_argument("--format", default="table", choices=["table", "json"])
+    p.add_argument("--output")
+    p.add_argument("--plot")
+    p.add_argument("--cpus", type=int, default=0)
+    p.add_argument("--seconds", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=0)
+    p.add_argument("--check-work", action="store_true",
+                   help="fail unless every strategy served heavy and light requests (a smoke run)")
+    args = p.parse_args()
+    runs = load(args.results)
+    rows = [summarise(label, rs) for label, rs in runs.items()]
+    rs = ratios(rows)
+    if args.check_work:
+        bad = [r["strategy"] for r in rows
+               if r["light_ok"] == 0 or (r["strategy"] != "unloaded" and r["heavy_ok"] == 0)
+               or (r["strategy"] not in ("spindle-limited", "spindle-limited-overload") and r["failures"] + r["s503"] > 0)]
+        if bad:
+            print(f"service-bench: no work done, or requests failed, for: {', '.join(bad)}", file=sys.stderr)
+            print(json.dumps(rows, indent=1), file=sys.stderr)
+            sys.exit(1)
+    if args.format == "json":
+        text = json.dumps({"schema": 1, "cpus": args.cpus, "seconds": args.seconds, "rounds": args.rounds,
+                           "strategies": rows, "ratios": rs}, indent=1) + "\n"
+    else:
+        text = table(rows, rs, args)
+    if args.output:
+        open(args.output, "w").write(text)
+    else:
+        sys.stdout.write(text)
+    if args.plot:
+        open(args.plot, "w").write(svg(rows))
+
+
+if __name__ == "__main__":
+    main()

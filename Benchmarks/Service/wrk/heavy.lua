@@ -1,0 +1,28 @@
+-- The heavy endpoint's load: POST the catalog (SERVICE_BENCH_BODY names the file),
+-- and count responses by status. Prints one JSON line when done.
+local threads = {}
+cok, c503, cother = 0, 0, 0
+
+local f = assert(io.open(os.getenv("SERVICE_BENCH_BODY"), "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "application/json"
+
+function setup(thread) table.insert(threads, thread) end
+
+function response(status, headers, body)
+  if status == 200 then cok = cok + 1 elseif status == 503 then c503 = c503 + 1 else cother = cother + 1 end
+end
+
+function done(summary, latency, requests)
+  local ok, s503, other = 0, 0, 0
+  for _, t in ipairs(threads) do
+    ok = ok + t:get("cok"); s503 = s503 + t:get("c503"); other = other + t:get("cother")
+  end
+  local e = summary.errors
+  io.write(string.format(
+    '{"duration_us":%d,"requests":%d,"ok":%d,"s503":%d,"other_status":%d,"socket_errors":%d,"p50_us":%d,"p99_us":%d,"p999_us":%d}\n',
+    summary.duration, summary.requests, ok, s503, other, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+end

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The service benchmark: a Hummingbird server (Benchmarks/Service) whose heavy endpoint
+# decodes, transforms and encodes a ~100 KB JSON document, run with each way of
+# offloading that work in turn, under load from wrk. While wrk saturates the heavy
+# endpoint, a second wrk measures the light endpoint's latency. Prints heavy requests/s,
+# light p50/p99/p99.9, errors and 503s per strategy, and the ratios against the best
+# strategy that is not Spindle's.
+#
+#   scripts/service-bench.sh                 # every strategy, 3 rounds of 10 s
+#   scripts/service-bench.sh --smoke         # 2 s each, one round: checks the work is done
+#   options: --seconds N  --rounds N  --connections N (heavy; default 4 per CPU)
+#            --strategies a,b  --qos default|utility|background (Spindle's class)
+#            --format table|json  --output FILE  --plot FILE.svg
+#            --update-docs: also write the table into README.md and docs/performance.md
+#            (between their service:begin and service:end markers) and the plot into
+#            docs/service.svg
+#
+# Talks only to 127.0.0.1, bounds every run in time, and leaves no process behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+spindle_ensure_deps wrk
+
+seconds=10 rounds=3 connections="" format=table output="" plot="" smoke=0 qos=utility update_docs=0
+strategies="inline,detached,nio,spindle,spindle-queue,spindle-limited"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --connections) connections="$2"; shift 2 ;;
+    --strategies) strategies="$2"; shift 2 ;;
+    --qos) qos="$2"; shift 2 ;;
+    --format) format="$2"; shift 2 ;;
+    --output) output="$2"; shift 2 ;;
+    --plot) plot="$2"; shift 2 ;;
+    --smoke) smoke=1; seconds=2; rounds=1; shift ;;
+    --update-docs) update_docs=1; shift ;;
+    *) echo "service-bench: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+cpus=$(nproc)
+connections=${connections:-$((4 * cpus))}
+
+echo "service-bench: building Benchmarks/Service (release)" >&2
+swift build -c release --package-path Benchmarks/Service >&2
+bin="$(swift build -c release --package-path Benchmarks/Service --show-bin-path)/ServiceBench"
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null || true
+  jobs -p | xargs -r kill -KILL 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+"$bin" --write-body "$work/body.json"
+export SERVICE_BENCH_BODY="$work/body.json"
+
+# Starts the server with the given options; sets server_pid and port.
+start_server() {
+  "$bin" --max-seconds $((seconds * 3 + 60)) --qos "$qos" "$@" > "$work/server.out" 2> "$work/server.err" &
+  server_pid=$!
+  port=""
+  for _ in $(seq 1 300); do
+    port=$(sed -n 's/^PORT //p' "$work/server.out" | head -1)
+    [ -n "$port" ] && return 0
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "service-bench: the server did not start: $(cat "$work/server.err")" >&2
+  exit 1
+}
+
+stop_server() {
+  kill -TERM "$server_pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+# One measurement: heavy load with $2 connections (0: none) and the light probe.
+measure() {
+  local label="$1" conns="$2"; shift 2
+  start_server "$@"
+  local heavy_pid=""
+  if [ "$conns" -gt 0 ]; then
+    wrk -t1 -c"$conns" -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/heavy.lua \
+      "http://127.0.0.1:$port/heavy" > "$work/heavy.out" 2>&1 &
+    heavy_pid=$!
+    sleep 0.5 # the heavy load first, so that the probe sees it throughout
+  fi
+  wrk -t1 -c1 -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/light.lua \
+    "http://127.0.0.1:$port/light" > "$work/light.out" 2>&1
+  [ -n "$heavy_pid" ] && wait "$heavy_pid"
+  stop_server
+  local heavy_json="null"
+  [ "$conns" -gt 0 ] && heavy_json=$(grep '^{' "$work/heavy.out" | tail -1)
+  printf '{"label":"%s","connections":%d,"heavy":%s,"light":%s}\n' \
+    "$label" "$conns" "${heavy_json:-null}" "$(grep '^{' "$work/light.out" | tail -1)" >> "$work/results.jsonl"
+  echo "service-bench: $label done" >&2
+}
+
+IFS=, read -r -a list <<< "$strategies"
+for round in $(seq 1 "$rounds"); do
+  # Alternate the order round by round, so that drift spreads over every strategy.
+  if [ $((round % 2)) -eq 0 ]; then
+    reversed=(); for ((i=${#list[@]}-1; i>=0; i--)); do reversed+=("${list[i]}"); done; order=("${reversed[@]}")
+  else
+    order=("${list[@]}")
+  fi
+  measure unloaded 0 --strategy spindle
+  for s in "${order[@]}"; do measure "$s" "$connections" --strategy "$s"; done
+  case ",$strategies," in
+    *,spindle-limited,*) measure spindle-limited-overload $((2 * connections)) --strategy spindle-limited ;;
+  esac
+done
+
+python3 Benchmarks/Service/report.py "$work/results.jsonl" --format "$format" --cpus "$cpus" \
+  --seconds "$seconds" --rounds "$rounds" ${output:+--output "$output"} ${plot:+--plot "$plot"} \
+  $([ "$smoke" -eq 1 ] && echo --check-work)
+
+if [ "$update_docs" -eq 1 ]; then
+  python3 Benchmarks/Service/report.py "$work/results.jsonl" --format table --cpus "$cpus" \
+    --seconds "$seconds" --rounds "$rounds" --output "$work/table.txt" --plot docs/service.svg
+  python3 - "$work/table.txt" "$qos" <<'PY'
+import datetime, re, sys
+table = open(sys.argv[1]).read().rstrip("\n")
+text = (f"`scripts/service-bench.sh --update-docs` on {datetime.date.today().isoformat()}, "
+        f"Spindle at {sys.argv[2]}:\n\n```\n{table}\n```\n")
+for path in ("README.md", "docs/performance.md"):
+    s = open(path).read()
+    s, n = re.subn(r"(<!-- service:begin -->\n).*?(<!-- service:end -->)",
+                   lambda m: m.group(1) + text + m.group(2), s, flags=re.S)
+    if n != 1:
+        sys.exit(f"{path}: expected one service:begin/service:end pair")
+    open(path, "w").write(s)
+print("updated README.md and docs/performance.md")
+PY
+fi
+
