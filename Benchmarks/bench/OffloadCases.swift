@@ -43,8 +43,8 @@ final class AsyncOutcome<T>: @unchecked Sendable {
 /// The work each offload does: a little arithmetic over a small buffer, so that the
 /// case measures the hand-off, not the work.
 @inline(never)
-func offloadWork(_ seed: Int) -> Int {
-    var acc = seed
+func offloadWork(_ input: Int) -> Int {
+    var acc = input
     for i in 0..<64 { acc = acc &* 31 &+ i }
     return acc
 }
