@@ -64,7 +64,7 @@ extension ThreadPool {
         }
         let offload = Offload(body, admission: admission, timers: offloadTimers.current)
         return try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Swift.Error>) in
                 // A cancellation that came first (even while waiting for a slot that was
                 // then granted) is taken here, and nothing is submitted.
                 guard offload.publish(c) else { return }
@@ -131,8 +131,8 @@ extension ThreadPool {
 
 /// An offloaded closure, shared by the awaiting task, the worker that runs it and the
 /// pool that may discard it; it is also the engine task that carries it (`engineTask`,
-/// found as an operation's is: Runtime/UnsafeABI.swift), so an offload allocates one
-/// object.
+/// found as an operation's is: Runtime/UnsafeABI.swift), so an offload needs no node
+/// of its own.
 ///
 /// OF1. `phase` goes from `unpublished` to `pending` once the continuation is stored
 ///      (release), and from `pending` to one of `started`, `cancelled`, `discarded`
@@ -196,7 +196,11 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     // @unchecked: `continuation` is written once, before `phase` publishes it, and read
     // only by the one that moves `phase` out of pending (OF1).
     let body: @Sendable () throws -> T
-    private var continuation: UnsafeContinuation<T, any Swift.Error>?
+    /// Checked, not unsafe: an unsafe continuation's `resume` is inlined into this
+    /// module, where ThreadSanitizer sees its accesses to the awaiting task's frame but
+    /// not the concurrency runtime's synchronisation with the task's resumption, and
+    /// reports a race that is not there.
+    private var continuation: CheckedContinuation<T, any Swift.Error>?
     /// The pool's timers when it is being timed (``PoolMetrics``), and when the offload
     /// was made.
     private let timers: OffloadTimers?
@@ -211,7 +215,7 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
 
     /// Stores the continuation and publishes it (OF1); false, having resumed it with
     /// `CancellationError`, when the awaiting task was cancelled first (OF2).
-    func publish(_ c: UnsafeContinuation<T, any Swift.Error>) -> Bool {
+    func publish(_ c: CheckedContinuation<T, any Swift.Error>) -> Bool {
         continuation = c
         // Release: the continuation before the phase that says it is there.
         if phase.compareExchange(expected: OffloadBase.unpublished, desired: OffloadBase.pending,
