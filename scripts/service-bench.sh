@@ -85,12 +85,12 @@ measure() {
   start_server "$@"
   local heavy_pid=""
   if [ "$conns" -gt 0 ]; then
-    wrk -t1 -c"$conns" -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/heavy.lua \
+    SERVICE_BENCH_POST=1 wrk -t1 -c"$conns" -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/count.lua \
       "http://127.0.0.1:$port/heavy" > "$work/heavy.out" 2>&1 &
     heavy_pid=$!
     sleep 0.5 # the heavy load first, so that the probe sees it throughout
   fi
-  wrk -t1 -c1 -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/light.lua \
+  wrk -t1 -c1 -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/count.lua \
     "http://127.0.0.1:$port/light" > "$work/light.out" 2>&1
   [ -n "$heavy_pid" ] && wait "$heavy_pid"
   stop_server
@@ -123,19 +123,10 @@ python3 Benchmarks/Service/report.py "$work/results.jsonl" --format "$format" --
 if [ "$update_docs" -eq 1 ]; then
   python3 Benchmarks/Service/report.py "$work/results.jsonl" --format table --cpus "$cpus" \
     --seconds "$seconds" --rounds "$rounds" --output "$work/table.txt" --plot docs/service.svg
-  python3 - "$work/table.txt" "$qos" <<'PY'
-import datetime, re, sys
-table = open(sys.argv[1]).read().rstrip("\n")
-text = (f"`scripts/service-bench.sh --update-docs` on {datetime.date.today().isoformat()}, "
-        f"Spindle at {sys.argv[2]}:\n\n```\n{table}\n```\n")
-for path in ("README.md", "docs/performance.md"):
-    s = open(path).read()
-    s, n = re.subn(r"(<!-- service:begin -->\n).*?(<!-- service:end -->)",
-                   lambda m: m.group(1) + text + m.group(2), s, flags=re.S)
-    if n != 1:
-        sys.exit(f"{path}: expected one service:begin/service:end pair")
-    open(path, "w").write(s)
-print("updated README.md and docs/performance.md")
-PY
+  { echo "\`scripts/service-bench.sh --update-docs\` on $(date +%F), Spindle at $qos:"; echo
+    echo '```'; cat "$work/table.txt"; echo '```'; } > "$work/service.md"
+  scripts/splice.py service README.md "$work/service.md"
+  scripts/splice.py service docs/performance.md "$work/service.md"
+  echo "updated README.md, docs/performance.md and docs/service.svg" >&2
 fi
 

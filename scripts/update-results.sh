@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 scripts/bench.sh --format markdown --output "$out/results.md" --plot "$out/ratios.svg" "$@"
-python3 - "$out/results.md" <<'PY'
-import datetime, re, sys
+python3 - "$out/results.md" "$out/full.md" "$out/brief.md" <<'PY'
+import datetime, sys
 results = open(sys.argv[1]).read().strip()
 date = datetime.date.today().isoformat()
 lines = results.split("\n")
@@ -29,15 +29,10 @@ for r in rows:
     unit = "p50 latency, ns" if unit.startswith("latency") else unit
     short.append(f"| {case} | {med} | {unit} | {ratio} |")
 brief = (f"{machine} ({date}; ratios below 1: Spindle took less time):\n\n" + "\n".join(short) + "\n")
-def splice(path, text):
-    s = open(path).read()
-    new, n = re.subn(r"(<!-- bench:begin -->\n).*?(<!-- bench:end -->)",
-                     lambda m: m.group(1) + text + m.group(2), s, flags=re.S)
-    if n != 1:
-        sys.exit(f"{path}: expected one bench:begin/bench:end pair, found {n}")
-    open(path, "w").write(new)
-splice("docs/performance.md", full)
-splice("README.md", brief)
-print("updated docs/performance.md and README.md")
+open(sys.argv[2], "w").write(full)
+open(sys.argv[3], "w").write(brief)
 PY
+scripts/splice.py bench docs/performance.md "$out/full.md"
+scripts/splice.py bench README.md "$out/brief.md"
 cp "$out/ratios.svg" docs/ratios.svg
+echo "updated docs/performance.md, README.md and docs/ratios.svg"

@@ -1,8 +1,16 @@
--- The light endpoint's probe: GET /light,
--- and count responses by status. Prints one JSON line when done.
+-- Counts responses by status and prints one JSON line when done. With
+-- SERVICE_BENCH_POST set (the heavy endpoint's load), every request POSTs the catalog
+-- in the file SERVICE_BENCH_BODY names; without it (the light probe), a plain GET.
 local threads = {}
 cok, c503, cother = 0, 0, 0
 
+if os.getenv("SERVICE_BENCH_POST") then
+  local f = assert(io.open(os.getenv("SERVICE_BENCH_BODY"), "rb"))
+  wrk.method = "POST"
+  wrk.body = f:read("*a")
+  f:close()
+  wrk.headers["Content-Type"] = "application/json"
+end
 
 function setup(thread) table.insert(threads, thread) end
 
