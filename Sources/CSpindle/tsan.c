@@ -4,7 +4,7 @@
  * Swift's Synchronization.Mutex takes its futex lock inside libswiftSynchronization,
  * which is not built with TSan, so TSan sees the accesses a Mutex protects but not the
  * lock, and reports races that cannot happen. The Swift layer brackets each critical
- * section with these calls (see Locking.swift). The TSan runtime's entry points are
+ * section with these calls (see Runtime/Locking.swift). The TSan runtime's entry points are
  * declared weak: without TSan they resolve to NULL and each call is one test.
  */
 #include "spindle_sync.h"
