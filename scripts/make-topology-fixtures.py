@@ -3,8 +3,12 @@
 
 Each tree holds only the files Spindle reads (topology_discovery.c). Run again after editing;
 the trees are committed so tests need no Python.
+
+With --many-core NODES CORES DIR it writes one large machine to DIR instead, for planning
+at scale (docs/performance.md): NODES nodes of CORES two-thread cores, eight cores to an
+L3, numbered as x86 Linux numbers them. PlanScalingTests builds the same shape in Swift.
 """
-import os, shutil
+import os, shutil, sys
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "Tests", "SpindleTests", "Fixtures", "topology")
 
@@ -38,6 +42,22 @@ def machine(name, cpus, nodes, online=None, node_online=True, memoryless=()):
             write(base, f"devices/system/node/node{n}/distance", " ".join(map(str, dist)))
             mem = 0 if n in memoryless else 16 * 1024 * 1024
             write(base, f"devices/system/node/node{n}/meminfo", f"Node {n} MemTotal:       {mem} kB")
+
+def many_core(nodes, cores, base):
+    firsts = nodes * cores
+    cpus = {}
+    for c in range(2 * firsts):
+        core = c % firsts; g = core // 8 * 8
+        cpus[c] = (core // cores // 2, core % cores, [core, core + firsts],
+                   list(range(g, g + 8)) + list(range(g + firsts, g + firsts + 8)))
+    dist = lambda a, b: 10 if a == b else 16 if a // 2 == b // 2 else 20 + abs(a - b)
+    machine(os.path.abspath(base), cpus,
+            {n: ([c for c in cpus if (c % firsts) // cores == n], [dist(n, m) for m in range(nodes)])
+             for n in range(nodes)})
+
+if len(sys.argv) == 5 and sys.argv[1] == "--many-core":
+    many_core(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    sys.exit(0)
 
 # 2 sockets x 8 cores x 2 threads: node0 = 0-7,16-23; node1 = 8-15,24-31; siblings c, c+16.
 cpus = {}

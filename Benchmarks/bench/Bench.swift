@@ -83,7 +83,11 @@ struct Bench: ParsableCommand {
         if mode == "topology" {
             let topo = try Topology.load(sysfsRoot: sysfs, cpus: cpus)
             let pin: ThreadPool.Pinning = pinning == "core" ? .core : pinning == "none" ? .none : .node
-            let text = renderTopology(topo, try topo.plan(workers: workers, pinning: pin), format: format)
+            let clock = ContinuousClock()
+            var plan: PlacementPlan?
+            let planning = try clock.measure { plan = try topo.plan(workers: workers, pinning: pin) }
+            FileHandle.standardError.write(Data("planned \(plan!.workers.count) workers on \(topo.nodes.count) node(s) in \(milliseconds(planning)) ms\n".utf8))
+            let text = renderTopology(topo, plan!, format: format)
             if let output { try text.write(toFile: output, atomically: true, encoding: .utf8) } else { print(text, terminator: "") }
             return
         }
@@ -141,4 +145,9 @@ struct Bench: ParsableCommand {
             print(text, terminator: "")
         }
     }
+}
+
+/// A duration in milliseconds, to three decimals.
+func milliseconds(_ d: Duration) -> String {
+    String(format: "%.3f", Double(d.components.seconds) * 1e3 + Double(d.components.attoseconds) / 1e15)
 }

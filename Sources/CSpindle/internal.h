@@ -165,6 +165,23 @@ typedef struct spindle_idle {
     uint32_t nworkers;
 } spindle_idle;
 
+/* A steal tier (topology_plan.c, P3): the positions [lo, hi) of a pool's steal order
+ * less [skip_lo, skip_hi), the inner tier searched before it (or the worker itself).
+ * lo <= skip_lo <= skip_hi <= hi. Tiers are ranges rather than lists so that a pool's
+ * steal orders take memory linear in its workers: every worker of a node shares one
+ * ordering of the pool's workers and differs only in where its tiers cut it. */
+typedef struct spindle_tier {
+    uint32_t lo, hi, skip_lo, skip_hi;
+} spindle_tier;
+
+static inline uint32_t spindle_tier_size(spindle_tier t) { return t.hi - t.lo - (t.skip_hi - t.skip_lo); }
+
+/* The position of the tier's member `k` (k < size): past the skipped range if at it. */
+static inline uint32_t spindle_tier_at(spindle_tier t, uint32_t k) {
+    uint32_t p = t.lo + k;
+    return p >= t.skip_lo ? p + (t.skip_hi - t.skip_lo) : p;
+}
+
 /* ------------------------------------------------------------------------------------
  * Worker and pool.
  */
@@ -218,14 +235,17 @@ struct spindle_worker {
     /* Placement (topology_plan.c), fixed at creation. */
     int32_t node;          /* NUMA node the worker lives on                        */
     int32_t mem_node;      /* node this struct and its deque ring come from        */
-    int32_t *pin;          /* CPUs its thread is restricted to (npin 0: unpinned)  */
+    const int32_t *pin;    /* CPUs its thread is restricted to (npin 0: unpinned),
+                              in the pool's plan                                   */
     uint32_t npin;
-    uint32_t *steal;       /* other workers, nearest first                         */
-    uint32_t nsteal;
-    uint32_t *tier_start;  /* ntiers + 1 boundaries into `steal`                   */
-    uint32_t ntiers;
-    /* The node-local block this struct and the three arrays above live in (pool.c,
-     * "a worker's own memory"), as the allocator returned it, for freeing. */
+    /* Where it steals (topology_plan.c, P3): positions in the pool's `ordered`. */
+    spindle_tier local[3]; /* tiers within its node, nearest first                 */
+    uint32_t nlocal;
+    const spindle_tier *remote; /* other nodes, nearest first, in the pool's plan:
+                                   shared by its node's workers                    */
+    uint32_t nremote;
+    /* The node-local block this struct lives in (pool.c, "a worker's own memory"), as
+     * the allocator returned it, for freeing. */
     void *block;
     size_t block_bytes;
 };
@@ -236,6 +256,12 @@ struct spindle_pool {
      * array has room for nworkers + max_spares. */
     spindle_worker **workers;
     uint32_t nworkers;
+    /* The regular workers in steal order (topology_plan.c, P3): what the tiers index.
+     * `workers` itself when the pool has no plan. Read-only after creation. */
+    spindle_worker **ordered;
+    /* The placement the pool was made from, kept for the workers' shared tiers and pin
+     * lists; NULL without one. */
+    struct spindle_plan *plan;
     /* Slots in use, regular and spare: grows only, published with release after the
      * slot is written, so that readers without the lock (acquire) see whole workers. */
     _Atomic uint32_t nslots;
@@ -435,6 +461,16 @@ extern _Thread_local bool spindle_tls_planning_for_process;
 /* ---- topology_discovery.c, topology_plan.c ----------------------------------------- */
 #include "spindle_topology.h"
 bool spindle_topology_node_has_memory(const spindle_topology *t, uint32_t node_index);
+/* A copy of `plan` for a pool to keep, or NULL (ENOMEM). */
+spindle_plan *spindle_plan_clone(const spindle_plan *plan);
+/* The plan's steal order: worker indices by position (P3). */
+const uint32_t *spindle_plan_order(const spindle_plan *plan);
+/* Worker `w`'s tiers within its node, at most 3, into `out`; returns how many. */
+uint32_t spindle_plan_local_tiers(const spindle_plan *plan, uint32_t w, spindle_tier out[3]);
+/* Worker `w`'s tiers on other nodes, nearest first, owned by the plan. */
+const spindle_tier *spindle_plan_remote_tiers(const spindle_plan *plan, uint32_t w, uint32_t *count);
+/* The CPUs worker `w` may run on, owned by the plan (count 0: unpinned). */
+const int32_t *spindle_plan_pin_list(const spindle_plan *plan, uint32_t w, uint32_t *count);
 
 /* ---- log.c ------------------------------------------------------------------------- */
 /* One diagnostic, printf-style: to the installed handler, or a line on stderr. */

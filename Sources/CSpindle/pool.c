@@ -183,61 +183,68 @@ static void deque_dealloc(void *mem, size_t bytes, void *ctx) {
  *
  * Each worker is one block from its memory node (the plan's `mem_node`: its own node, or
  * the nearest node with memory when its own has none), through the same seam as the deque
- * rings: the worker struct - the deque's top and bottom, the parker, the counters, the
- * owner-only scheduling state - then the arrays every search round reads (steal order
- * and tier bounds) and the CPU list it pins to. On a multi-node machine the lines the
- * owner writes on every task (bottom, the counters) then live on the node it runs on,
- * and a thief from another node pays the remote access, not the owner.
+ * rings: the deque's top and bottom, the parker, the counters, the owner-only scheduling
+ * state and its own steal tiers. On a multi-node machine the lines the owner writes on
+ * every task (bottom, the counters) then live on the node it runs on, and a thief from
+ * another node pays the remote access, not the owner.
+ *
+ * What the workers share is read-only after creation and stays with the pool: the
+ * workers in steal order, the tiers to other nodes and the pin lists (in the pool's
+ * plan). Read-only lines are copied into every cache that reads them, so they cost no
+ * interconnect traffic after the first read, wherever they were allocated.
  *
  * Rejected: one array of all workers allocated by the creating thread: first touch
  * would put every worker's hot lines on the creator's node. Also rejected:
  * first touch from the worker thread itself (allocate in spindle_worker_main): the pool
- * must know every worker's address before any of them runs (thieves index `workers[]`
+ * must know every worker's address before any of them runs (thieves index `ordered[]`
  * from their first search), and a failed allocation there could not fail the create.
  *
  * The seam returns memory of unknown alignment (malloc: 16 bytes; numa_alloc_onnode:
  * a page); the struct needs SPINDLE_CACHELINE, so the block is over-allocated by that
  * much and the struct placed at the first aligned address in it. */
 
-static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-/* Allocates, zeroes and fills worker `i`'s block: placement copied from `plan`, or a
- * flat layout (steal from everyone, one tier, no node, unpinned) when plan is NULL. */
-static spindle_worker *create_worker(spindle_pool *pool, const spindle_plan *plan, uint32_t i) {
+/* Allocates, zeroes and fills worker `i`'s block: placement from the pool's plan, or a
+ * flat layout (steal from every regular worker, one tier, no node, unpinned) when it
+ * has none, and for spares. */
+static spindle_worker *create_worker(spindle_pool *pool, bool planned, uint32_t i) {
     uint32_t n = pool->nworkers;
+    const spindle_plan *plan = planned ? pool->plan : NULL;
     int32_t mem_node = plan ? spindle_plan_worker_memory_node(plan, i) : -1;
-    uint32_t npin = plan ? spindle_plan_worker_pin(plan, i, NULL, 0) : 0;
-    size_t steal_at = round_up(sizeof(spindle_worker), sizeof(uint32_t));
-    size_t tiers_at = steal_at + sizeof(uint32_t) * (n ? n : 1);
-    size_t pin_at = tiers_at + sizeof(uint32_t) * (n + 2);
-    size_t bytes = SPINDLE_CACHELINE + pin_at + sizeof(int32_t) * npin;
+    size_t bytes = SPINDLE_CACHELINE + sizeof(spindle_worker);
     char *block = pool->alloc_on_node(bytes, mem_node, pool->alloc_ctx);
     if (!block) return NULL;
     size_t skip = (SPINDLE_CACHELINE - (uintptr_t)block % SPINDLE_CACHELINE) % SPINDLE_CACHELINE;
     spindle_worker *w = (spindle_worker *)(void *)(block + skip);
-    memset(w, 0, pin_at + sizeof(int32_t) * npin);
+    memset(w, 0, sizeof *w);
     w->block = block;
     w->block_bytes = bytes;
     w->mem_node = mem_node;
-    w->steal = (uint32_t *)(void *)((char *)w + steal_at);
-    w->tier_start = (uint32_t *)(void *)((char *)w + tiers_at);
-    w->pin = npin ? (int32_t *)(void *)((char *)w + pin_at) : NULL;
-    w->npin = npin;
     if (!plan) {
         w->node = -1;
-        for (uint32_t k = 0; k < n; k++)
-            if (k != i) w->steal[w->nsteal++] = k;
-        w->tier_start[0] = 0;
-        w->ntiers = w->nsteal ? 1 : 0;
-        w->tier_start[w->ntiers] = w->nsteal;
+        /* Positions are indices here (`ordered` is `workers`, or the plan's order, which
+         * holds every regular worker): all of them but itself, if it is one. */
+        spindle_tier all = i < n ? (spindle_tier){0, n, i, i + 1} : (spindle_tier){0, n, 0, 0};
+        if (spindle_tier_size(all)) w->local[w->nlocal++] = all;
         return w;
     }
     w->node = spindle_plan_worker_node(plan, i);
-    w->nsteal = spindle_plan_steal_order(plan, i, w->steal, n);
-    w->ntiers = spindle_plan_tier_count(plan, i);
-    for (uint32_t t = 0; t <= w->ntiers; t++) w->tier_start[t] = spindle_plan_tier_start(plan, i, t);
-    if (npin) spindle_plan_worker_pin(plan, i, w->pin, npin);
+    w->nlocal = spindle_plan_local_tiers(plan, i, w->local);
+    w->remote = spindle_plan_remote_tiers(plan, i, &w->nremote);
+    w->pin = spindle_plan_pin_list(plan, i, &w->npin);
     return w;
+}
+
+/* True when every regular worker is pinned to a CPU that no other worker is pinned to. */
+static bool pinned_one_per_cpu(const spindle_pool *pool) {
+    uint64_t taken[SPINDLE_MAX_CPUS / 64] = {0};
+    for (uint32_t i = 0; i < pool->nworkers; i++) {
+        const spindle_worker *w = pool->workers[i];
+        if (w->npin != 1 || w->pin[0] < 0 || w->pin[0] >= SPINDLE_MAX_CPUS) return false;
+        uint32_t c = (uint32_t)w->pin[0];
+        if (taken[c / 64] >> (c % 64) & 1) return false;
+        taken[c / 64] |= 1ull << (c % 64);
+    }
+    return true;
 }
 
 /* The registry of pools, for fork() (below). */
@@ -248,7 +255,7 @@ static void registry_remove(spindle_pool *pool);
 #define SPARE_DEQUE_CAPACITY 4u
 
 spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index) {
-    spindle_worker *w = create_worker(pool, NULL, index);
+    spindle_worker *w = create_worker(pool, false, index);
     node_alloc na = {pool, -1};
     if (!w) return NULL;
     if (spindle_deque_init(&w->deque, SPARE_DEQUE_CAPACITY, deque_alloc, &na) != 0) {
@@ -279,7 +286,9 @@ static void free_pool(spindle_pool *pool) {
     }
     spindle_idle_destroy(&pool->idle);
     if (pool->affinity) CPU_FREE(pool->affinity);
+    if (pool->ordered != pool->workers) free(pool->ordered);
     free(pool->workers);
+    spindle_plan_free(pool->plan);
     free(pool);
 }
 
@@ -323,6 +332,9 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         spindle_plan_free(own_plan);
         return EINVAL;
     }
+    /* The pool keeps its plan (its workers share its tiers and pin lists): a copy of the
+     * caller's, which the caller may free once this returns. */
+    if (cfg.plan && !(plan = own_plan = spindle_plan_clone(cfg.plan))) return ENOMEM;
 
     spindle_pool *pool = aligned_alloc(SPINDLE_CACHELINE, (sizeof *pool + SPINDLE_CACHELINE - 1) /
                                                               SPINDLE_CACHELINE * SPINDLE_CACHELINE);
@@ -331,6 +343,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         return ENOMEM;
     }
     memset(pool, 0, sizeof *pool);
+    pool->plan = own_plan; /* freed with the pool from here on (free_pool) */
     /* Pointers only: each worker is a block on its own node (create_worker). The
      * array is written here and read-only afterwards, so every CPU keeps a copy. */
     pool->workers = calloc((size_t)n + cfg.max_spares, sizeof *pool->workers);
@@ -400,11 +413,10 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         return rc;
     }
     for (uint32_t i = 0; i < n; i++) {
-        spindle_worker *w = pool->workers[i] = create_worker(pool, plan, i);
+        spindle_worker *w = pool->workers[i] = create_worker(pool, plan != NULL, i);
         node_alloc na = {pool, w ? w->mem_node : -1};
         if (!w || spindle_deque_init(&w->deque, cap, deque_alloc, &na) != 0) {
             free_pool(pool);
-            spindle_plan_free(own_plan);
             return ENOMEM;
         }
         w->pool = pool;
@@ -415,18 +427,20 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         /* Counted as it is made, so that free_pool frees exactly what was made. */
         atomic_store_explicit(&pool->nslots, i + 1, memory_order_relaxed);
     }
-    spindle_plan_free(own_plan);
+    /* The steal order (topology_plan.c, P3): the plan's, or the workers by index. */
+    if (!plan) {
+        pool->ordered = pool->workers;
+    } else if ((pool->ordered = malloc(sizeof(spindle_worker *) * n))) {
+        const uint32_t *order = spindle_plan_order(plan);
+        for (uint32_t p = 0; p < n; p++) pool->ordered[p] = pool->workers[order[p]];
+    } else {
+        free_pool(pool);
+        return ENOMEM;
+    }
     pool->deque_capacity = (uint32_t)(pool->workers[0]->deque.mask + 1);
     /* One worker per CPU, each on its own: outside submissions may then wake the worker
      * on the submitter's CPU (park.c, pick_sleeper_locked). */
-    pool->pinned_per_cpu = true;
-    for (uint32_t i = 0; i < n; i++) {
-        const spindle_worker *w = pool->workers[i];
-        bool alone = w->npin == 1;
-        for (uint32_t j = 0; alone && j < i; j++)
-            if (pool->workers[j]->npin == 1 && pool->workers[j]->pin[0] == w->pin[0]) alone = false;
-        if (!alone) pool->pinned_per_cpu = false;
-    }
+    pool->pinned_per_cpu = pinned_one_per_cpu(pool);
     /* Started by the process's spawner, not by this thread, so that they begin at the
      * process's own policy and nice rather than ours (spawn.c). */
     uint32_t started = 0;
@@ -620,7 +634,7 @@ int spindle_pool_pin_error(const spindle_pool *pool) {
 }
 
 uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w) {
-    return w < pool->nworkers ? pool->workers[w]->ntiers : 0;
+    return w < pool->nworkers ? pool->workers[w]->nlocal + pool->workers[w]->nremote : 0;
 }
 
 int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w) {

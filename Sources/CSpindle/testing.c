@@ -5,6 +5,7 @@
  */
 #include "internal.h"
 #include "spindle_testing.h"
+#include "topology_internal.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -124,3 +125,17 @@ int spindle_test_pool_in_forked_child(uint32_t timeout_ms) {
 }
 
 void spindle_test_log(spindle_log_level level, const char *message) { spindle_log(level, "%s", message); }
+
+size_t spindle_test_plan_bytes(const spindle_plan *p) {
+    if (!p) return 0;
+    return sizeof *p + sizeof(plan_worker) * p->nworkers + sizeof(uint32_t) * p->nworkers +
+           sizeof(spindle_tier) * p->remote_at[p->ngroups] + sizeof(uint32_t) * 2 * (p->ngroups + 1) +
+           sizeof(int32_t) * p->cpus_at[p->ngroups];
+}
+
+size_t spindle_test_pool_placement_bytes(const spindle_pool *pool) {
+    size_t bytes = spindle_test_plan_bytes(pool->plan);
+    for (uint32_t i = 0; i < pool->nworkers; i++) bytes += pool->workers[i]->block_bytes;
+    if (pool->ordered != pool->workers) bytes += sizeof(spindle_worker *) * pool->nworkers;
+    return bytes;
+}

@@ -30,19 +30,24 @@ typedef struct plan_worker {
     int32_t home_cpu; /* CPU used for tiering, -1 with node pinning */
     int32_t node;     /* node id */
     uint32_t node_index;
-    uint32_t *steal;
-    uint32_t nsteal;
-    uint32_t *tier_start; /* ntiers + 1 entries */
-    uint32_t ntiers;
-    int32_t *pin;         /* CPUs the thread may run on (empty: unpinned) */
-    uint32_t npin;
-    int32_t mem_node;     /* node its memory comes from (nearest with memory) */
+    uint32_t group;   /* its node's place among the plan's nodes */
+    spindle_tier local[3]; /* its tiers within its node (P3), nearest first */
+    uint32_t nlocal;
+    int32_t mem_node; /* node its memory comes from (nearest with memory) */
 } plan_worker;
 
+/* Sizes are linear in the workers and CPUs, plus the square of the nodes (the remote
+ * tiers, like the distance table they are read from). */
 struct spindle_plan {
     plan_worker *workers;
     uint32_t nworkers;
     spindle_pinning pinning;
+    uint32_t *order;        /* nworkers: worker indices, node by node (P3) */
+    uint32_t ngroups;       /* the plan's nodes */
+    spindle_tier *remote;   /* group g's remote tiers: [remote_at[g], remote_at[g + 1]) */
+    uint32_t *remote_at;    /* ngroups + 1 */
+    int32_t *group_cpus;    /* group g's CPUs: [cpus_at[g], cpus_at[g + 1]) */
+    uint32_t *cpus_at;      /* ngroups + 1 */
 };
 
 /* The CPU `id` of the topology, or NULL (topology_discovery.c). */

@@ -11,16 +11,31 @@
  *   P2  Within a node, workers take CPUs ordered by (SMT rank, id): one thread per core
  *       before any second hardware thread.
  *   P3  A worker's steal order is the other workers, nearest first, in tiers: same SMT
- *       core, same L3, same node, then each other node by increasing distance. Within
- *       a tier the plan lists workers by index; the scheduler starts at a random member
- *       (worker.c). With node pinning a worker has no fixed CPU, so only node tiers
- *       exist.
+ *       core, same L3, same node, then each other node by increasing distance (ties by
+ *       node id). Within a tier the plan lists workers by index; the scheduler starts at
+ *       a random member (worker.c). With node pinning a worker has no fixed CPU, so only
+ *       node tiers exist.
  *
- * Because workers are placed node by node (P2), each node's workers are one range of
- * indices: a worker's own-node tiers look only at its range, and each other node is
- * added as its range. With each worker's CPU looked up once, planning is linear in the
- * size of the steal orders it writes. Those orders are quadratic in the workers (each
- * lists all the others): at the engine's limit of 4096 workers, 64 MB.
+ * How P3 is stored. The plan keeps one ordering of all the workers (`order`), node by
+ * node, and within a node sorted by (L3, SMT core, index). Every group P3 names is then
+ * one range of it, nested in the next: the worker itself in its core's range, the core
+ * in its L3's, the L3 in its node's. A tier is a range less the range inside it that an
+ * earlier tier covered (spindle_tier, internal.h), so a worker carries at most three
+ * tiers of its own; the tiers to other nodes are the same for every worker of a node,
+ * and are kept once per node. A plan, and a pool made from it, takes memory linear in
+ * the workers and CPUs, plus the square of the nodes, as the distance table does;
+ * planning is the sort of each node's workers.
+ *
+ * Rejected: a list per worker of all the others, cut into tiers. It is the simplest
+ * thing for the steal loop to walk, and it is quadratic in the workers: at the engine's
+ * limit of 4096 workers, each of them lists 4095 others. The ranges cost the steal
+ * loop one comparison per victim. Also rejected: numbering the workers so that each
+ * core and L3 is a range of indices. P2 numbers them to fill one thread per core
+ * first, so that a pool smaller than the machine gets whole cores, and that order is
+ * what a worker's index means to its users (the plan, the topology JSON).
+ *
+ * P3 assumes an SMT core lies within one L3 and one node, as on every machine Linux
+ * describes; a tree that says otherwise puts a core's threads in separate tiers.
  */
 #include "topology_internal.h"
 
@@ -33,12 +48,12 @@
 
 void spindle_plan_free(spindle_plan *p) {
     if (!p) return;
-    for (uint32_t i = 0; i < p->nworkers; i++) {
-        free(p->workers[i].steal);
-        free(p->workers[i].tier_start);
-        free(p->workers[i].pin);
-    }
     free(p->workers);
+    free(p->order);
+    free(p->remote);
+    free(p->remote_at);
+    free(p->group_cpus);
+    free(p->cpus_at);
     free(p);
 }
 
@@ -108,121 +123,136 @@ static int32_t memory_node(const spindle_topology *t, uint32_t ni) {
     return best >= 0 ? t->nodes[best].id : t->nodes[ni].id;
 }
 
-/* P2: each node's workers, on its CPUs ordered by (SMT rank, id). */
+/* P2: each node's workers, on its CPUs ordered by (SMT rank, id). Each node's CPUs
+ * are also copied into the plan, once, for node pinning. */
 static int place_workers(const spindle_topology *t, const plan_nodes *pn, spindle_plan *p) {
-    spindle_pinning pinning = p->pinning;
+    p->ngroups = pn->count;
+    p->cpus_at = malloc(sizeof(uint32_t) * (pn->count + 1));
+    p->group_cpus = malloc(sizeof(int32_t) * (pn->cpus ? pn->cpus : 1));
+    if (!p->cpus_at || !p->group_cpus) return ENOMEM;
+    p->cpus_at[0] = 0;
     for (uint32_t j = 0; j < pn->count; j++) {
         const node_info *ni = &t->nodes[pn->use[j]];
-        int32_t *order = malloc(sizeof(int32_t) * ni->ncpus);
-        if (!order) return ENOMEM;
+        int32_t *order = p->group_cpus + p->cpus_at[j];
+        p->cpus_at[j + 1] = p->cpus_at[j] + ni->ncpus;
         memcpy(order, ni->cpus, sizeof(int32_t) * ni->ncpus);
-        qsort_r(order, ni->ncpus, sizeof(int32_t), by_rank_then_id, (void *)t);
         for (uint32_t k = 0; k < pn->quota[j]; k++) {
             plan_worker *pw = &p->workers[pn->first[j] + k];
             pw->node = ni->id;
             pw->node_index = pn->use[j];
-            pw->home_cpu = pinning == SPINDLE_PIN_CORE ? order[k % ni->ncpus] : -1;
-            pw->cpu = pw->home_cpu;
-            pw->npin = pinning == SPINDLE_PIN_CORE ? 1 : pinning == SPINDLE_PIN_NODE ? ni->ncpus : 0;
-            pw->pin = malloc(sizeof(int32_t) * (pw->npin ? pw->npin : 1));
-            if (!pw->pin) {
-                free(order);
-                return ENOMEM;
-            }
-            if (pinning == SPINDLE_PIN_CORE) pw->pin[0] = pw->cpu;
-            if (pinning == SPINDLE_PIN_NODE) memcpy(pw->pin, ni->cpus, sizeof(int32_t) * ni->ncpus);
+            pw->group = j;
             pw->mem_node = memory_node(t, pn->use[j]);
         }
-        free(order);
-    }
-    return 0;
-}
-
-/* Scratch for steal_order, allocated once per plan. */
-typedef struct steal_scratch {
-    const spindle_cpu_info **infos; /* by worker: its home CPU, or NULL */
-    uint32_t *pos_of;               /* node index -> position in plan_nodes.use */
-    bool *placed;                   /* by worker */
-    bool *node_done;                /* by node index */
-} steal_scratch;
-
-/* Appends the workers in [from, to) not yet placed that `in` admits, as one tier. */
-static void add_tier(plan_worker *me, steal_scratch *s, uint32_t from, uint32_t to, int tier,
-                     const spindle_cpu_info *mine) {
-    uint32_t start = me->nsteal;
-    for (uint32_t b = from; b < to; b++) {
-        if (s->placed[b]) continue;
-        const spindle_cpu_info *theirs = s->infos[b];
-        bool in = tier >= 2 ||
-                  (tier == 0 && theirs && theirs->smt_group == mine->smt_group) ||
-                  (tier == 1 && theirs && mine->l3_group >= 0 && theirs->l3_group == mine->l3_group);
-        if (!in) continue;
-        me->steal[me->nsteal++] = b;
-        s->placed[b] = true;
-    }
-    if (me->nsteal > start) me->tier_start[me->ntiers++] = start;
-}
-
-/* P3 for worker `a`: its own core's workers, its L3's, its node's, then each other
- * node by distance from ours, then by node id. A tier with no members is skipped. */
-static int steal_order(const spindle_topology *t, const plan_nodes *pn, spindle_plan *p, uint32_t a,
-                       steal_scratch *s) {
-    uint32_t w = p->nworkers;
-    plan_worker *me = &p->workers[a];
-    me->steal = malloc(sizeof(uint32_t) * (w ? w : 1));
-    me->tier_start = malloc(sizeof(uint32_t) * (w + pn->count + 4));
-    if (!me->steal || !me->tier_start) return ENOMEM;
-    memset(s->placed, 0, sizeof(bool) * w);
-    memset(s->node_done, 0, sizeof(bool) * t->nnodes);
-    s->placed[a] = true;
-    const spindle_cpu_info *mine = s->infos[a];
-    uint32_t own = s->pos_of[me->node_index];
-    for (int tier = mine ? 0 : 2; tier < 3; tier++)
-        add_tier(me, s, pn->first[own], pn->first[own] + pn->quota[own], tier, mine);
-    s->node_done[me->node_index] = true;
-    for (;;) {
-        int32_t best = -1;
-        for (uint32_t j = 0; j < pn->count; j++) {
-            uint32_t ni = pn->use[j];
-            if (s->node_done[ni]) continue;
-            if (best < 0) {
-                best = (int32_t)ni;
-                continue;
-            }
-            int32_t d1 = spindle_topology_distance(t, me->node_index, ni);
-            int32_t d0 = spindle_topology_distance(t, me->node_index, (uint32_t)best);
-            if (d1 < d0 || (d1 == d0 && t->nodes[ni].id < t->nodes[best].id)) best = (int32_t)ni;
+        if (p->pinning != SPINDLE_PIN_CORE) {
+            for (uint32_t k = 0; k < pn->quota[j]; k++) p->workers[pn->first[j] + k].cpu = -1;
+            continue;
         }
-        if (best < 0) break;
-        s->node_done[best] = true;
-        uint32_t j = s->pos_of[best];
-        add_tier(me, s, pn->first[j], pn->first[j] + pn->quota[j], 2, mine);
+        /* Sorted for placement, then back to ascending ids for the pin list. */
+        qsort_r(order, ni->ncpus, sizeof(int32_t), by_rank_then_id, (void *)t);
+        for (uint32_t k = 0; k < pn->quota[j]; k++) p->workers[pn->first[j] + k].cpu = order[k % ni->ncpus];
+        memcpy(order, ni->cpus, sizeof(int32_t) * ni->ncpus);
     }
-    me->tier_start[me->ntiers] = me->nsteal;
+    for (uint32_t w = 0; w < p->nworkers; w++) p->workers[w].home_cpu = p->workers[w].cpu;
     return 0;
 }
 
-/* P3 for every worker. */
-static int steal_orders(const spindle_topology *t, const plan_nodes *pn, spindle_plan *p) {
+/* A worker's place in its node's ordering (P3): its home CPU's L3 and core, or -1
+ * without a home CPU, then its index. */
+typedef struct order_key {
+    int32_t l3, core;
+} order_key;
+
+static int by_key_then_index(const void *a, const void *b, void *keys) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    const order_key *k = keys;
+    if (k[x].l3 != k[y].l3) return k[x].l3 < k[y].l3 ? -1 : 1;
+    if (k[x].core != k[y].core) return k[x].core < k[y].core ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* P3, within each node: the node's workers sorted into the plan's order, then each
+ * worker's own tiers cut from the runs of equal L3 and core around its position. */
+static int local_tiers(const spindle_topology *t, const plan_nodes *pn, spindle_plan *p) {
     uint32_t w = p->nworkers;
-    steal_scratch s = {
-        .infos = malloc(sizeof *s.infos * (w ? w : 1)),
-        .pos_of = calloc(t->nnodes ? t->nnodes : 1, sizeof(uint32_t)),
-        .placed = calloc(w ? w : 1, sizeof(bool)),
-        .node_done = calloc(t->nnodes ? t->nnodes : 1, sizeof(bool)),
-    };
-    int rc = s.infos && s.pos_of && s.placed && s.node_done ? 0 : ENOMEM;
-    if (!rc) {
-        for (uint32_t j = 0; j < pn->count; j++) s.pos_of[pn->use[j]] = j;
-        for (uint32_t b = 0; b < w; b++)
-            s.infos[b] = p->workers[b].home_cpu >= 0 ? spindle_topology_find_cpu(t, p->workers[b].home_cpu) : NULL;
+    order_key *keys = malloc(sizeof *keys * (w ? w : 1));
+    p->order = malloc(sizeof(uint32_t) * (w ? w : 1));
+    if (!keys || !p->order) {
+        free(keys);
+        return ENOMEM;
     }
-    for (uint32_t a = 0; !rc && a < w; a++) rc = steal_order(t, pn, p, a, &s);
-    free(s.infos);
-    free(s.pos_of);
-    free(s.placed);
-    free(s.node_done);
-    return rc;
+    for (uint32_t b = 0; b < w; b++) {
+        const spindle_cpu_info *c =
+            p->workers[b].home_cpu >= 0 ? spindle_topology_find_cpu(t, p->workers[b].home_cpu) : NULL;
+        /* Without a known L3, a core is its own L3 group: no L3 tier. Without a home
+         * CPU, each worker is its own group: only node tiers. */
+        keys[b] = c ? (order_key){c->l3_group >= 0 ? c->l3_group : -1 - c->smt_group, c->smt_group}
+                    : (order_key){INT32_MIN + (int32_t)b, INT32_MIN + (int32_t)b};
+        p->order[b] = b;
+    }
+    for (uint32_t j = 0; j < pn->count; j++) {
+        uint32_t lo = pn->first[j], hi = lo + pn->quota[j];
+        qsort_r(p->order + lo, hi - lo, sizeof(uint32_t), by_key_then_index, keys);
+        /* One pass per run kind: each run [r, e) of equal key gives its members' range. */
+        for (uint32_t r = lo, e; r < hi; r = e) {
+            order_key k = keys[p->order[r]];
+            for (e = r + 1; e < hi && keys[p->order[e]].l3 == k.l3; e++) {}
+            for (uint32_t q = r, f; q < e; q = f) {
+                for (f = q + 1; f < e && keys[p->order[f]].core == keys[p->order[q]].core; f++) {}
+                for (uint32_t pos = q; pos < f; pos++) {
+                    plan_worker *pw = &p->workers[p->order[pos]];
+                    spindle_tier tiers[3] = {
+                        {q, f, pos, pos + 1}, /* the core, less itself */
+                        {r, e, q, f},         /* the L3, less the core */
+                        {lo, hi, r, e},       /* the node, less the L3 */
+                    };
+                    pw->nlocal = 0;
+                    for (int i = 0; i < 3; i++)
+                        if (spindle_tier_size(tiers[i])) pw->local[pw->nlocal++] = tiers[i];
+                }
+            }
+        }
+    }
+    free(keys);
+    return 0;
+}
+
+/* P3, across nodes: for each node, the other nodes' ranges, nearest first (ties by node
+ * id), skipping nodes without workers. */
+static int remote_tiers(const spindle_topology *t, const plan_nodes *pn, spindle_plan *p) {
+    uint32_t g = pn->count;
+    p->remote_at = malloc(sizeof(uint32_t) * (g + 1));
+    p->remote = malloc(sizeof(spindle_tier) * (g ? (size_t)g * g : 1));
+    uint32_t *others = malloc(sizeof(uint32_t) * (g ? g : 1));
+    if (!p->remote_at || !p->remote || !others) {
+        free(others);
+        return ENOMEM;
+    }
+    p->remote_at[0] = 0;
+    for (uint32_t j = 0; j < g; j++) {
+        uint32_t me = pn->use[j], n = 0;
+        for (uint32_t k = 0; k < g; k++)
+            if (k != j && pn->quota[k]) others[n++] = k;
+        /* Insertion sort by (distance, id): nodes are few, and the list is built once. */
+        for (uint32_t a = 1; a < n; a++) {
+            uint32_t x = others[a], b = a;
+            int32_t dx = spindle_topology_distance(t, me, pn->use[x]);
+            for (; b > 0; b--) {
+                uint32_t y = others[b - 1];
+                int32_t dy = spindle_topology_distance(t, me, pn->use[y]);
+                if (dy < dx || (dy == dx && t->nodes[pn->use[y]].id < t->nodes[pn->use[x]].id)) break;
+                others[b] = y;
+            }
+            others[b] = x;
+        }
+        spindle_tier *out = p->remote + p->remote_at[j];
+        for (uint32_t a = 0; a < n; a++) {
+            uint32_t lo = pn->first[others[a]];
+            out[a] = (spindle_tier){lo, lo + pn->quota[others[a]], lo, lo};
+        }
+        p->remote_at[j + 1] = p->remote_at[j] + n;
+    }
+    free(others);
+    return 0;
 }
 
 int spindle_plan_create(const spindle_topology *t, uint32_t workers, spindle_pinning pinning,
@@ -245,7 +275,8 @@ int spindle_plan_create(const spindle_topology *t, uint32_t workers, spindle_pin
         p->pinning = pinning;
         rc = place_workers(t, pn, p);
     }
-    if (!rc) rc = steal_orders(t, pn, p);
+    if (!rc) rc = local_tiers(t, pn, p);
+    if (!rc) rc = remote_tiers(t, pn, p);
     free(pn);
     if (rc) {
         spindle_plan_free(p);
@@ -255,20 +286,115 @@ int spindle_plan_create(const spindle_topology *t, uint32_t workers, spindle_pin
     return 0;
 }
 
+/* Every tier of worker `w`, local then remote: at most 3 + the plan's nodes. */
+static uint32_t all_tiers(const spindle_plan *p, uint32_t w, spindle_tier *out) {
+    uint32_t n = spindle_plan_local_tiers(p, w, out), nremote;
+    const spindle_tier *remote = spindle_plan_remote_tiers(p, w, &nremote);
+    memcpy(out + n, remote, sizeof(spindle_tier) * nremote);
+    return n + nremote;
+}
+
+static int by_index(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The lists are built from the ranges on demand: these accessors are for inspection
+ * (tests, the topology JSON), not for the scheduler. */
+uint32_t spindle_plan_steal_order(const spindle_plan *p, uint32_t w, uint32_t *out, uint32_t cap) {
+    spindle_tier *tiers = malloc(sizeof(spindle_tier) * (p->ngroups + 3));
+    uint32_t *members = malloc(sizeof(uint32_t) * (p->nworkers ? p->nworkers : 1));
+    uint32_t total = 0;
+    if (tiers && members) {
+        uint32_t nt = all_tiers(p, w, tiers);
+        for (uint32_t i = 0; i < nt; i++) {
+            uint32_t size = spindle_tier_size(tiers[i]);
+            for (uint32_t k = 0; k < size; k++) members[k] = p->order[spindle_tier_at(tiers[i], k)];
+            qsort(members, size, sizeof(uint32_t), by_index);
+            for (uint32_t k = 0; k < size && total + k < cap; k++) out[total + k] = members[k];
+            total += size;
+        }
+    }
+    free(tiers);
+    free(members);
+    return total;
+}
+
+uint32_t spindle_plan_tier_count(const spindle_plan *p, uint32_t w) {
+    return p->workers[w].nlocal + (p->remote_at[p->workers[w].group + 1] - p->remote_at[p->workers[w].group]);
+}
+
+uint32_t spindle_plan_tier_start(const spindle_plan *p, uint32_t w, uint32_t tier) {
+    uint32_t start = 0, nremote;
+    const plan_worker *pw = &p->workers[w];
+    const spindle_tier *remote = spindle_plan_remote_tiers(p, w, &nremote);
+    for (uint32_t i = 0; i < tier && i < pw->nlocal + nremote; i++)
+        start += spindle_tier_size(i < pw->nlocal ? pw->local[i] : remote[i - pw->nlocal]);
+    return start;
+}
+
 uint32_t spindle_plan_worker_count(const spindle_plan *p) { return p->nworkers; }
 int32_t spindle_plan_worker_cpu(const spindle_plan *p, uint32_t w) { return p->workers[w].cpu; }
 int32_t spindle_plan_worker_node(const spindle_plan *p, uint32_t w) { return p->workers[w].node; }
-uint32_t spindle_plan_steal_order(const spindle_plan *p, uint32_t w, uint32_t *out, uint32_t cap) {
-    for (uint32_t k = 0; k < p->workers[w].nsteal && k < cap; k++) out[k] = p->workers[w].steal[k];
-    return p->workers[w].nsteal;
-}
-uint32_t spindle_plan_tier_count(const spindle_plan *p, uint32_t w) { return p->workers[w].ntiers; }
-uint32_t spindle_plan_tier_start(const spindle_plan *p, uint32_t w, uint32_t tier) {
-    return p->workers[w].tier_start[tier];
+int32_t spindle_plan_worker_memory_node(const spindle_plan *p, uint32_t w) { return p->workers[w].mem_node; }
+
+uint32_t spindle_plan_worker_pin(const spindle_plan *p, uint32_t w, int32_t *out, uint32_t cap) {
+    uint32_t n;
+    const int32_t *pin = spindle_plan_pin_list(p, w, &n);
+    for (uint32_t k = 0; k < n && k < cap; k++) out[k] = pin[k];
+    return n;
 }
 
-int32_t spindle_plan_worker_memory_node(const spindle_plan *p, uint32_t w) { return p->workers[w].mem_node; }
-uint32_t spindle_plan_worker_pin(const spindle_plan *p, uint32_t w, int32_t *out, uint32_t cap) {
-    for (uint32_t k = 0; k < p->workers[w].npin && k < cap; k++) out[k] = p->workers[w].pin[k];
-    return p->workers[w].npin;
+/* ---- for the pool (internal.h) ------------------------------------------------------ */
+
+const uint32_t *spindle_plan_order(const spindle_plan *p) { return p->order; }
+
+uint32_t spindle_plan_local_tiers(const spindle_plan *p, uint32_t w, spindle_tier out[3]) {
+    memcpy(out, p->workers[w].local, sizeof(spindle_tier) * p->workers[w].nlocal);
+    return p->workers[w].nlocal;
+}
+
+const spindle_tier *spindle_plan_remote_tiers(const spindle_plan *p, uint32_t w, uint32_t *count) {
+    uint32_t g = p->workers[w].group;
+    *count = p->remote_at[g + 1] - p->remote_at[g];
+    return p->remote + p->remote_at[g];
+}
+
+const int32_t *spindle_plan_pin_list(const spindle_plan *p, uint32_t w, uint32_t *count) {
+    const plan_worker *pw = &p->workers[w];
+    switch (p->pinning) {
+    case SPINDLE_PIN_CORE:
+        *count = 1;
+        return &pw->cpu;
+    case SPINDLE_PIN_NODE:
+        *count = p->cpus_at[pw->group + 1] - p->cpus_at[pw->group];
+        return p->group_cpus + p->cpus_at[pw->group];
+    default:
+        *count = 0;
+        return NULL;
+    }
+}
+
+static void *copy_of(const void *from, size_t bytes) {
+    void *to = malloc(bytes ? bytes : 1);
+    if (to && bytes) memcpy(to, from, bytes);
+    return to;
+}
+
+spindle_plan *spindle_plan_clone(const spindle_plan *p) {
+    spindle_plan *c = malloc(sizeof *c);
+    if (!c) return NULL;
+    *c = *p;
+    uint32_t g = p->ngroups;
+    c->workers = copy_of(p->workers, sizeof(plan_worker) * p->nworkers);
+    c->order = copy_of(p->order, sizeof(uint32_t) * p->nworkers);
+    c->remote = copy_of(p->remote, sizeof(spindle_tier) * p->remote_at[g]);
+    c->remote_at = copy_of(p->remote_at, sizeof(uint32_t) * (g + 1));
+    c->group_cpus = copy_of(p->group_cpus, sizeof(int32_t) * p->cpus_at[g]);
+    c->cpus_at = copy_of(p->cpus_at, sizeof(uint32_t) * (g + 1));
+    if (!c->workers || !c->order || !c->remote || !c->remote_at || !c->group_cpus || !c->cpus_at) {
+        spindle_plan_free(c);
+        return NULL;
+    }
+    return c;
 }

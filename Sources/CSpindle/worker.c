@@ -100,40 +100,53 @@ static spindle_task *poll_injector(spindle_worker *w) {
     return batch[0];
 }
 
-/* Steals one task, nearest victims first (topology_plan.c, P3): tier by tier, starting at
- * a random member of each tier so that thieves spread over victims. From a worker on
- * another node it takes a batch (up to 4: one to run, the rest onto our deque), since
- * every cross-node trip moves cache lines across the interconnect anyway. */
-static spindle_task *steal_from_others(spindle_worker *w) {
+/* Steals one task from a victim in `tier`, starting at a random member so that thieves
+ * spread over victims. From a worker on another node it takes a batch (up to 4: one to
+ * run, the rest onto our deque), since every cross-node trip moves cache lines across
+ * the interconnect anyway. Sets *retry when a steal lost a race and may be worth
+ * repeating. */
+static spindle_task *steal_in_tier(spindle_worker *w, spindle_tier tier, bool *retry) {
     spindle_pool *pool = w->pool;
-    if (w->nsteal == 0) return NULL;
+    uint32_t size = spindle_tier_size(tier);
+    if (size == 0) return NULL;
+    uint32_t start = (uint32_t)(xorshift(&w->rng) % size);
+    for (uint32_t k = 0; k < size; k++) {
+        uint32_t at = start + k < size ? start + k : start + k - size;
+        spindle_worker *victim = pool->ordered[spindle_tier_at(tier, at)];
+        spindle_task *t;
+        spindle_steal_result r = spindle_deque_steal(&victim->deque, &t);
+        if (r == SPINDLE_STEAL_RETRY) *retry = true;
+        if (r != SPINDLE_STEAL_OK) continue;
+        uint64_t got = 1;
+        if (victim->node != w->node && !w->spare) {
+            for (int extra = 0; extra < 3; extra++) {
+                spindle_task *more;
+                if (spindle_deque_steal(&victim->deque, &more) != SPINDLE_STEAL_OK) break;
+                spindle_deque_push(&w->deque, more, &pool->injector);
+                got++;
+            }
+        }
+        bump(&w->counters.stolen, got);
+        /* Several thieves may add at once: RMW. Relaxed: a statistic. */
+        atomic_fetch_add_explicit(&victim->counters.stolen_from, got, memory_order_relaxed);
+        return t;
+    }
+    return NULL;
+}
+
+/* Steals one task, nearest victims first (topology_plan.c, P3): the worker's own tiers
+ * within its node, then its node's tiers to the others, each tier whole before the
+ * next. */
+static spindle_task *steal_from_others(spindle_worker *w) {
     for (int attempt = 0; attempt < 2; attempt++) {
         bool retry = false;
-        for (uint32_t tier = 0; tier < w->ntiers; tier++) {
-            uint32_t lo = w->tier_start[tier], hi = w->tier_start[tier + 1];
-            uint32_t size = hi - lo;
-            if (size == 0) continue;
-            uint32_t start = (uint32_t)(xorshift(&w->rng) % size);
-            for (uint32_t k = 0; k < size; k++) {
-                spindle_worker *victim = pool->workers[w->steal[lo + (start + k) % size]];
-                spindle_task *t;
-                spindle_steal_result r = spindle_deque_steal(&victim->deque, &t);
-                if (r == SPINDLE_STEAL_RETRY) retry = true;
-                if (r != SPINDLE_STEAL_OK) continue;
-                uint64_t got = 1;
-                if (victim->node != w->node && !w->spare) {
-                    for (int extra = 0; extra < 3; extra++) {
-                        spindle_task *more;
-                        if (spindle_deque_steal(&victim->deque, &more) != SPINDLE_STEAL_OK) break;
-                        spindle_deque_push(&w->deque, more, &pool->injector);
-                        got++;
-                    }
-                }
-                bump(&w->counters.stolen, got);
-                /* Several thieves may add at once: RMW. Relaxed: a statistic. */
-                atomic_fetch_add_explicit(&victim->counters.stolen_from, got, memory_order_relaxed);
-                return t;
-            }
+        for (uint32_t i = 0; i < w->nlocal; i++) {
+            spindle_task *t = steal_in_tier(w, w->local[i], &retry);
+            if (t) return t;
+        }
+        for (uint32_t i = 0; i < w->nremote; i++) {
+            spindle_task *t = steal_in_tier(w, w->remote[i], &retry);
+            if (t) return t;
         }
         if (!retry) break;
     }

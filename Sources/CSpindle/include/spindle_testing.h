@@ -6,6 +6,9 @@
 #define SPINDLE_TESTING_H
 
 #include "spindle.h"
+#include "spindle_topology.h"
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -14,6 +17,13 @@ extern "C" {
 /** How many tiers worker `w` steals in, and the node each worker lives on. */
 uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w);
 int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w);
+
+/** The bytes a plan holds, and the bytes a pool holds for its workers' placement and
+ *  steal orders (their state blocks, the shared steal order, its plan): not the deque
+ *  rings, whose size is the configured capacity. For tests that placement grows
+ *  linearly with the workers. */
+size_t spindle_test_plan_bytes(const spindle_plan *plan);
+size_t spindle_test_pool_placement_bytes(const spindle_pool *pool);
 
 /** Sends `message` through the engine's diagnostics (log.c), as the engine would. */
 void spindle_test_log(spindle_log_level level, const char *message);

@@ -104,11 +104,32 @@ public struct PlacementPlan: Sendable {
         public let node: Int
         /// The node its memory comes from (its own, or the nearest with memory).
         public let memoryNode: Int
+        let handle: PlanHandle
+
         /// The other workers, nearest first: SMT sibling, same L3, same node, other
         /// nodes by distance.
-        public let stealOrder: [Int]
-        /// The steal order cut into its tiers.
-        public let stealTiers: [[Int]]
+        ///
+        /// Built when asked for: the engine keeps each tier as a range of one ordering
+        /// of the workers, so that a plan takes memory linear in its workers, and this
+        /// list holds all the others.
+        public var stealOrder: [Int] { stealTiers.flatMap { $0 } }
+
+        /// The steal order cut into its tiers, each listed by worker index.
+        public var stealTiers: [[Int]] {
+            let raw = handle.raw, w = UInt32(id)
+            let n = spindle_plan_worker_count(raw)
+            var order = [UInt32](repeating: 0, count: Int(n))
+            let k = Int(spindle_plan_steal_order(raw, w, &order, n))
+            return (0..<spindle_plan_tier_count(raw, w)).map { t in
+                let lo = Int(spindle_plan_tier_start(raw, w, t)), hi = Int(spindle_plan_tier_start(raw, w, t + 1))
+                return order[min(lo, k)..<min(hi, k)].map(Int.init)
+            }
+        }
+
+        public static func == (a: Worker, b: Worker) -> Bool {
+            a.id == b.id && a.cpu == b.cpu && a.node == b.node && a.memoryNode == b.memoryNode
+                && a.stealTiers == b.stealTiers
+        }
     }
 
     /// The workers, by index.
@@ -118,17 +139,10 @@ public struct PlacementPlan: Sendable {
     init(_ handle: PlanHandle) {
         self.handle = handle
         let raw = handle.raw
-        let n = spindle_plan_worker_count(raw)
-        workers = (0..<n).map { w in
-            var order = [UInt32](repeating: 0, count: Int(n))
-            let k = spindle_plan_steal_order(raw, w, &order, n)
-            let steal = order.prefix(Int(k)).map(Int.init)
-            let tiers = (0..<spindle_plan_tier_count(raw, w)).map { t in
-                Array(steal[Int(spindle_plan_tier_start(raw, w, t))..<Int(spindle_plan_tier_start(raw, w, t + 1))])
-            }
+        workers = (0..<spindle_plan_worker_count(raw)).map { w in
             let cpu = spindle_plan_worker_cpu(raw, w)
             return Worker(id: Int(w), cpu: cpu >= 0 ? Int(cpu) : nil, node: Int(spindle_plan_worker_node(raw, w)),
-                          memoryNode: Int(spindle_plan_worker_memory_node(raw, w)), stealOrder: steal, stealTiers: tiers)
+                          memoryNode: Int(spindle_plan_worker_memory_node(raw, w)), handle: handle)
         }
     }
 }
