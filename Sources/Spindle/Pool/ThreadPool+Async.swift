@@ -48,21 +48,23 @@ extension ThreadPool {
                                  _ body: @escaping @Sendable () throws -> T) async throws -> T {
         if isCurrentThreadWorker { return try body() }
         try Task.checkCancellation()
+        var ticket: Admission.Ticket = 0
         if let admission {
             switch ifFull {
             case .wait:
-                do { try await admission.take() } catch let error as Error {
+                do { ticket = try await admission.take() } catch let error as Error {
                     refusals.add(1, ordering: .relaxed)
                     throw error
                 }
             case .fail:
-                guard admission.tryTake() else {
+                guard let admitted = admission.tryTake() else {
                     refusals.add(1, ordering: .relaxed)
                     throw isShuttingDown ? Error.shutDown : Error.overloaded
                 }
+                ticket = admitted
             }
         }
-        let offload = Offload(body, admission: admission, timers: offloadTimers.current)
+        let offload = Offload(body, admission: admission, ticket: ticket, timers: offloadTimers.current)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Swift.Error>) in
                 // A cancellation that came first (even while waiting for a slot that was
@@ -98,18 +100,18 @@ extension ThreadPool {
     /// when the closure starts. A cancelling shutdown that discards it closes the
     /// admission first, so the slot it keeps is never waited for.
     func submitAdmitted(_ work: consuming @escaping @Sendable () -> Void, _ admission: Admission) throws {
-        guard admission.tryTake() else {
+        guard let ticket = admission.tryTake() else {
             refusals.add(1, ordering: .relaxed)
             throw isShuttingDown ? Error.shutDown : Error.overloaded
         }
         let task = ClosureTask.make { [work] in
-            admission.giveBack()
+            admission.giveBack(ticket)
             work()
         }
         let rc = spindle_submit_task(raw, task)
         if rc != 0 {
             releaseRefusedTask(task)
-            admission.giveBack()
+            admission.giveBack(ticket)
             refusals.add(1, ordering: .relaxed)
             throw rc == ECHILD ? Error.createdBeforeFork : Error.shutDown
         }
@@ -151,6 +153,8 @@ class OffloadBase: @unchecked Sendable {
     @exclusivity(unchecked) final var engineTask = spindle_task(spindle_private: (nil, nil), run: nil)
     final let phase = Atomic<UInt8>(OffloadBase.unpublished)
     final let admission: Admission?
+    /// What the offload was admitted with (AD5), to give back with its slot.
+    final let ticket: Admission.Ticket
 
     static let unpublished: UInt8 = 0
     static let pending: UInt8 = 1
@@ -158,14 +162,17 @@ class OffloadBase: @unchecked Sendable {
     static let cancelled: UInt8 = 3
     static let discarded: UInt8 = 4
 
-    init(admission: Admission?) { self.admission = admission }
+    init(admission: Admission?, ticket: Admission.Ticket) {
+        self.admission = admission
+        self.ticket = ticket
+    }
 
     /// Moves the offload from pending to `next`; true for the one caller that does,
     /// which has then given the slot back (OF1).
     final func leavePending(to next: UInt8) -> Bool {
         guard phase.compareExchange(expected: OffloadBase.pending, desired: next, ordering: .acquiring).exchanged
         else { return false }
-        admission?.giveBack()
+        admission?.giveBack(ticket)
         return true
     }
 
@@ -206,11 +213,12 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     private let timers: OffloadTimers?
     private let madeAt: UInt64
 
-    init(_ body: @escaping @Sendable () throws -> T, admission: Admission?, timers: OffloadTimers? = nil) {
+    init(_ body: @escaping @Sendable () throws -> T, admission: Admission?, ticket: Admission.Ticket = 0,
+         timers: OffloadTimers? = nil) {
         self.body = body
         self.timers = timers
         self.madeAt = timers == nil ? 0 : DispatchTime.now().uptimeNanoseconds
-        super.init(admission: admission)
+        super.init(admission: admission, ticket: ticket)
     }
 
     /// Stores the continuation and publishes it (OF1); false, having resumed it with
@@ -231,7 +239,7 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
         // Before publication (OF2): `publish` sees it and resumes.
         if phase.compareExchange(expected: OffloadBase.unpublished, desired: OffloadBase.cancelled,
                                  ordering: .relaxed).exchanged {
-            admission?.giveBack()
+            admission?.giveBack(ticket)
             return
         }
         if leavePending(to: OffloadBase.cancelled) {

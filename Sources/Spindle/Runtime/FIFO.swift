@@ -13,6 +13,9 @@ struct FIFO<Element> {
         count += 1
     }
 
+    /// The oldest element, left on the line.
+    var first: Element? { items[head...].lazy.compactMap { $0 }.first }
+
     /// The oldest element, taken off the line.
     mutating func popFirst() -> Element? {
         while head < items.count {

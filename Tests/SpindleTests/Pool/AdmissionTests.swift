@@ -18,7 +18,7 @@ final class MaxTracker: Sendable {
     }
 }
 
-/// A pool with a queue limit (Pool/Admission.swift, AD1-AD4).
+/// A pool with a queue limit (Pool/Admission.swift, AD1-AD5).
 final class AdmissionTests: XCTestCase {
     func limited(workers: Int, limit: Int) throws -> ThreadPool {
         try holdablePool(workers: workers, queueLimit: limit)
@@ -136,5 +136,89 @@ final class AdmissionTests: XCTestCase {
         blocker.open()
         try await shutdown.value
         XCTAssertFalse(pool.trySubmit {})
+    }
+
+    // MARK: the queueing-delay limit (AD5)
+
+    func delayLimited(workers: Int, delay: Duration, depth: Int? = nil) throws -> ThreadPool {
+        var c = ThreadPool.Configuration(workers: workers)
+        c.maxSpareWorkers = 0
+        c.queueLimit = depth
+        c.queueDelayLimit = delay
+        return try ThreadPool(configuration: c)
+    }
+
+    func testAPoolWhoseOldestQueuedClosureWaitedTooLongSaysNoUntilItStarts() async throws {
+        let pool = try delayLimited(workers: 1, delay: .milliseconds(20))
+        let blocker = Blocker()
+        try blocker.occupy(pool)
+        let started = DispatchSemaphore(value: 0)
+        // Nothing is queued: admitted, however busy the workers are.
+        XCTAssertTrue(pool.trySubmit { started.signal() })
+        XCTAssertTrue(pool.trySubmit {}, "the head has not waited 20 ms yet")
+        try await Task.sleep(for: .milliseconds(60))
+        let admission = try XCTUnwrap(pool.admission)
+        XCTAssertGreaterThanOrEqual(admission.headDelay, 60_000_000)
+        XCTAssertFalse(pool.trySubmit {}, "admitted behind a closure queued for 60 ms, past a 20 ms limit")
+        XCTAssertThrowsError(try pool.submit {}) { XCTAssertEqual($0 as? ThreadPool.Error, .overloaded) }
+        do {
+            _ = try await pool.run(ifFull: .fail) { 1 }
+            XCTFail("a fail-fast offload was admitted past the delay limit")
+        } catch let error as ThreadPool.Error {
+            XCTAssertEqual(error, .overloaded)
+        }
+        XCTAssertEqual(admission.queued, 2, "refusals took no slot")
+        blocker.open()
+        started.wait()
+        // The queue drains at once (two empty closures); then there is room again.
+        while admission.queued > 0 { try await Task.sleep(for: .milliseconds(1)) }
+        XCTAssertEqual(admission.headDelay, 0)
+        XCTAssertTrue(pool.trySubmit {})
+        try await pool.shutdown()
+    }
+
+    func testTheHeadIsTheOldestClosureStillQueuedWhenClosuresStartOutOfOrder() async throws {
+        // Two workers: the second takes closures while the first is held, so they leave
+        // the queue in whatever order the workers take them; whichever order that is,
+        // once all have started nothing counts as waiting.
+        let pool = try delayLimited(workers: 2, delay: .seconds(10))
+        let admission = try XCTUnwrap(pool.admission)
+        for _ in 0..<Stress.count(2000) {
+            while !pool.trySubmit({}) { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        while admission.queued > 0 { try await Task.sleep(for: .milliseconds(1)) }
+        XCTAssertEqual(admission.headDelay, 0, "a ticket that left out of order is still counted as queued")
+        try await pool.shutdown()
+    }
+
+    func testWaitersPastTheDelayLimitAreAdmittedInOrderOnceTheHeadStarts() async throws {
+        let pool = try delayLimited(workers: 1, delay: .milliseconds(10))
+        let blocker = Blocker()
+        try blocker.occupy(pool)
+        XCTAssertTrue(pool.trySubmit {})
+        try await Task.sleep(for: .milliseconds(30))
+        let admission = try XCTUnwrap(pool.admission)
+        let order = Log()
+        var tasks: [Task<Void, any Error>] = []
+        for i in 0..<5 {
+            tasks.append(Task { try await pool.run { order.add("\(i)") } })
+            while admission.waiting < i + 1 { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        blocker.open()
+        for t in tasks { try await t.value }
+        XCTAssertEqual(order.all, (0..<5).map(String.init))
+        XCTAssertEqual(admission.queued, 0)
+        try await pool.shutdown()
+    }
+
+    func testTheDelayLimitIsValidated() {
+        for bad: Duration in [.zero, .milliseconds(-1), .seconds(86_401)] {
+            var c = ThreadPool.Configuration(workers: 1)
+            c.queueDelayLimit = bad
+            XCTAssertThrowsError(try ThreadPool(configuration: c), "\(bad)") {
+                guard case .invalidConfiguration(let why) = $0 as? ThreadPool.Error else { return XCTFail("\($0)") }
+                XCTAssertTrue(why.contains("queueDelayLimit"), why)
+            }
+        }
     }
 }
