@@ -13,14 +13,22 @@ extension OperationQueue {
     /// never runs and the call throws `CancellationError` once the queue has retired the
     /// operation (at once, unless the queue is suspended); once it has started, it runs
     /// to its end and its result is returned. An error `body` throws is rethrown.
+    ///
+    /// On a queue with an ``admissionLimit``, the call first waits for room, first come
+    /// first served (``run(ifFull:_:)`` can throw instead).
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try Task.checkCancellation()
+        try await run(ifFull: .wait, body)
+    }
+
+    /// `run`, once the caller holds a place in the queue (QueueAdmission.swift, QA1).
+    func runAdmitted<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         let outcome = Mutex<Result<T, any Error>?>(nil)
         let op = BlockOperation {
             let result = Result { try body() }
             outcome.locked { $0 = result }
         }
         addOperation(op)
+        admission.added()
         await withTaskCancellationHandler {
             await op.finished()
         } onCancel: {

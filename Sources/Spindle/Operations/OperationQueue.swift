@@ -78,6 +78,8 @@ open class OperationQueue: @unchecked Sendable {
     /// True for ``main``, whose width, suspension, name, quality of service and
     /// underlying queue cannot be changed: it stays serial on the main thread.
     let isMainQueue: Bool
+    /// The limit of ``admissionLimit`` and the tasks waiting under it (QueueAdmission.swift).
+    let admission = QueueAdmission()
 
     /// Creates a queue. It starts operations as soon as they are ready.
     public init() {

@@ -28,6 +28,7 @@ final class MisuseTests: XCTestCase {
     func testExecutionBlockAfterStart() throws { try expectTrap("block-after-start", message: "addExecutionBlock was called") }
     func testWaitingOnItself() throws { try expectTrap("wait-self", message: "from inside") }
     func testStartingAnAsyncOperationTwice() throws { try expectTrap("async-start-twice", message: "is already executing") }
+    func testAnAdmissionLimitBelowOne() throws { try expectTrap("admission-limit-zero", message: "admissionLimit must be at least 1") }
 }
 
 /// The child side of ``MisuseTests``: does nothing unless SPINDLE_MISUSE is set.
@@ -42,6 +43,8 @@ final class MisuseProbe: XCTestCase {
             let op = BlockOperation {}
             op.addDependency(BlockOperation {})
             op.start()
+        case "admission-limit-zero":
+            q.admissionLimit = 0
         case "async-start-twice":
             let op = AsyncBlockOperation { try? await Task.sleep(for: .seconds(30)) }
             op.start()

@@ -1,0 +1,122 @@
+import Synchronization
+
+// Admission control on an OperationQueue: at most `admissionLimit` operations in the
+// queue (its `operationCount`) for the entry points that may say no. Foundation's
+// `addOperation` never says no, and still counts: the limit is what the queue holds,
+// whoever added it.
+//
+// QA1. An admitted submitter holds a reservation from the moment it is admitted until
+//      its operation has been added (and so is in `operationCount`): the queue has
+//      room for one more when its count plus the reservations is below the limit. Two
+//      submitters that read the same count cannot both take the last place.
+// QA2. The count is read under the admission lock, and every change of the count that
+//      frees room is followed by a call that takes that lock (the queue's count
+//      observer, QueueLifetime.swift). A submitter that finds no room registers under
+//      the same lock, so a finish that comes in between is seen by one or the other: no
+//      waiter sleeps while there is room. The one exception is a finish already under
+//      way when the first limit is set, which may have read that nobody observes the
+//      count: a finish that skips the observer is never the queue's last (it takes the
+//      lock-free way only while other operations remain, QueueLifetime.swift), so
+//      waiters see its room at the next finish at the latest.
+// QA3. Waiters are admitted first come first served, and while anyone waits a newcomer
+//      does not take a place ahead of them. A cancelled waiter leaves the line (the
+//      check and the registration are under the lock its cancellation handler takes).
+// QA4. Raising or removing the limit admits the waiters it makes room for.
+
+/// An OperationQueue's admission limit and the tasks waiting for room (QA1-QA4).
+final class QueueAdmission: Sendable {
+    private struct Waiter {
+        let id: UInt64
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var limit: Int?
+        var reserved = 0
+        var line = FIFO<Waiter>()
+        var nextID: UInt64 = 0
+        /// The queue's count observer is registered (once, with the first limit).
+        var observing = false
+    }
+
+    private let state = Mutex(State())
+
+    var limit: Int? { state.locked { $0.limit } }
+
+    /// Tasks waiting for room.
+    var waiting: Int { state.locked { $0.line.count } }
+
+    /// Sets the limit; true the first time one is set, when the caller must register
+    /// the count observer. Admits the waiters a higher limit makes room for (QA4).
+    func setLimit(_ limit: Int?, count: () -> Int) -> Bool {
+        let (admitted, first) = state.locked { s -> ([Waiter], Bool) in
+            s.limit = limit
+            let first = !s.observing && limit != nil
+            s.observing = s.observing || first
+            return (admitWaiters(&s, count()), first)
+        }
+        for w in admitted { w.continuation.resume() }
+        return first
+    }
+
+    /// Reserves a place if there is room and nobody waits (QA1, QA3).
+    func tryReserve(count: () -> Int) -> Bool {
+        state.locked { s in
+            guard s.line.isEmpty, hasRoom(s, count()) else { return false }
+            s.reserved += 1
+            return true
+        }
+    }
+
+    /// Reserves a place, waiting in line for one (QA2, QA3).
+    ///
+    /// - Throws: `CancellationError` when the calling task is cancelled while it waits.
+    func reserve(count: @escaping @Sendable () -> Int) async throws {
+        let id = state.locked { s -> UInt64 in
+            s.nextID &+= 1
+            return s.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                let now = state.locked { s -> Result<Void, any Error>? in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if s.line.isEmpty && hasRoom(s, count()) {
+                        s.reserved += 1
+                        return .success(())
+                    }
+                    s.line.append(Waiter(id: id, continuation: c))
+                    return nil
+                }
+                if let now { c.resume(with: now) }
+            }
+        } onCancel: {
+            let waiter = state.locked { s in s.line.remove { $0.id == id } }
+            waiter?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// The reserved operation has been added, and is counted by the queue (QA1).
+    func added() {
+        state.locked { $0.reserved -= 1 }
+    }
+
+    /// The queue's count changed: admits the waiters there is now room for (QA2).
+    func countChanged(count: () -> Int) {
+        let admitted = state.locked { s in admitWaiters(&s, count()) }
+        for w in admitted { w.continuation.resume() }
+    }
+
+    private func hasRoom(_ s: State, _ count: Int) -> Bool {
+        guard let limit = s.limit else { return true }
+        return count + s.reserved < limit
+    }
+
+    private func admitWaiters(_ s: inout State, _ count: Int) -> [Waiter] {
+        var admitted: [Waiter] = []
+        while !s.line.isEmpty, hasRoom(s, count), let w = s.line.popFirst() {
+            s.reserved += 1
+            admitted.append(w)
+        }
+        return admitted
+    }
+}

@@ -1,0 +1,62 @@
+// Admission control on an OperationQueue (Spindle's addition): a queue that a server
+// feeds from request handlers can say no, or make the handler wait, instead of growing
+// without bound. The protocol is in Internals/QueueAdmission.swift (QA1-QA4).
+
+extension OperationQueue {
+    /// The most operations the queue holds — its ``operationCount`` — before the entry
+    /// points that may refuse work do so (nil, the default: no limit). Spindle's
+    /// addition.
+    ///
+    /// While the queue holds that many, ``tryAddOperation(_:)`` returns false, and
+    /// ``run(ifFull:_:)`` waits for room, first come first served, or throws
+    /// ``ThreadPool/Error/overloaded``. ``addOperation(_:)`` and the other Foundation
+    /// methods never refuse an operation, as in Foundation; what they add counts toward
+    /// the limit. Raising or removing the limit lets waiting tasks in at once.
+    ///
+    /// Setting a limit below 1 is a programmer error, and traps.
+    public var admissionLimit: Int? {
+        get { admission.limit }
+        set {
+            if let limit = newValue, limit < 1 {
+                fatalError("OperationQueue.admissionLimit must be at least 1 (nil: no limit), got \(limit)")
+            }
+            let count = { [unowned self] in operationCount }
+            if admission.setLimit(newValue, count: count) {
+                // The admission holds no reference to the queue: a queue that is
+                // released is not kept alive by its own observer.
+                onOperationCountChange { [weak self] _ in
+                    guard let self else { return }
+                    self.admission.countChanged { self.operationCount }
+                }
+            }
+        }
+    }
+
+    /// Adds `op` unless the queue holds ``admissionLimit`` operations or more: true when
+    /// it was added, false when it was not (and is left as it was, to add later or
+    /// elsewhere). Never blocks. Without a limit, it is ``addOperation(_:)``.
+    public func tryAddOperation(_ op: Operation) -> Bool {
+        guard admission.tryReserve(count: { [unowned self] in operationCount }) else { return false }
+        addOperation(op)
+        admission.added()
+        return true
+    }
+
+    /// ``run(_:)`` on a queue with an ``admissionLimit``, choosing what happens while
+    /// the queue is full: wait for room, first come first served (`.wait`, what
+    /// ``run(_:)`` does), or throw ``ThreadPool/Error/overloaded`` at once (`.fail`).
+    ///
+    /// - Throws: what `body` throws; `CancellationError` when the calling task is
+    ///   cancelled before `body` starts, including while it waits for room;
+    ///   ``ThreadPool/Error/overloaded``.
+    public func run<T: Sendable>(ifFull: ThreadPool.FullPolicy,
+                                 _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try Task.checkCancellation()
+        let count: @Sendable () -> Int = { [unowned self] in operationCount }
+        switch ifFull {
+        case .wait: try await admission.reserve(count: count)
+        case .fail: guard admission.tryReserve(count: count) else { throw ThreadPool.Error.overloaded }
+        }
+        return try await runAdmitted(body)
+    }
+}
