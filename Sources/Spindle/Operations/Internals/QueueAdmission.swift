@@ -72,6 +72,8 @@ final class QueueAdmission: Sendable {
     ///
     /// - Throws: `CancellationError` when the calling task is cancelled while it waits.
     func reserve(count: @escaping @Sendable () -> Int) async throws {
+        // The common case, room at once (always, without a limit), needs no suspension.
+        if tryReserve(count: count) { return }
         let id = state.locked { s -> UInt64 in
             s.nextID &+= 1
             return s.nextID
