@@ -5,10 +5,15 @@
  * `stolen_from`, with relaxed fetch_add by thieves; they are read here with relaxed
  * loads. A snapshot is therefore a set of individually exact values taken at slightly
  * different instants, which is what monitoring needs; nothing synchronises on them.
+ *
+ * Also here: the per-thread count behind spindle_sample_due (spindle_sync.h), with which
+ * the façade samples submissions for its timers.
  */
 #include "internal.h"
 
 #include <time.h>
+
+_Thread_local uint32_t spindle_tls_sample_count;
 
 static uint64_t thread_cpu_ns(pthread_t thread) {
     clockid_t clock;

@@ -64,6 +64,16 @@ void spindle_latch_wait_blocking(spindle_latch *latch);
 void spindle_tsan_acquire(void *addr);
 void spindle_tsan_release(void *addr);
 
+/** The calling thread's count of sampling points passed (spindle_sample_due). */
+extern _Thread_local uint32_t spindle_tls_sample_count;
+
+/** True at one call in `period` (a power of two) on the calling thread: for sampling a
+ *  hot path — the façade times one submission in 256 while a pool's metrics are
+ *  published — with a count of the thread's own rather than a shared write. */
+static inline bool spindle_sample_due(uint32_t period) {
+    return (spindle_tls_sample_count++ & (period - 1)) == 0;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,10 +27,13 @@ import Synchronization
 /// | `spindle_cpu_seconds_total` | floating-point counter | CPU time the pool's threads used |
 /// | `spindle_offload_queue_delay` | timer | `ThreadPool.run(_:)` (async): from the call to the closure's start |
 /// | `spindle_offload_run_time` | timer | `ThreadPool.run(_:)` (async): the closure's own time |
+/// | `spindle_task_queue_delay` | timer | `ThreadPool.submit(_:)`, one call in 256 per thread: from the call to the closure's start |
+/// | `spindle_task_run_time` | timer | `ThreadPool.submit(_:)`, the same sample: the closure's own time |
 ///
 /// CPU time per class tells an operator what background work really costs. The timers
-/// cover closures awaited with `ThreadPool.run(_:)` (async), timed while a `PoolMetrics`
-/// publishes the pool's metrics (two clock reads per offload).
+/// are kept while a `PoolMetrics` publishes the pool's metrics: every offload is timed
+/// (two clock reads, against the microseconds an offload costs anyway), and one
+/// `submit` in 256 on each thread, so that the engine's cheapest path stays as cheap.
 public final class PoolMetrics: Sendable {
     private let stopped = DispatchSemaphore(value: 0)
     private let done = Atomic<Bool>(false)
@@ -103,7 +106,9 @@ final class MetricSet: @unchecked Sendable {
         cpu = FloatingPointCounter(label: "spindle_cpu_seconds_total", dimensions: dimensions)
         timers = OffloadTimers(
             queueDelay: CoreMetrics.Timer(label: "spindle_offload_queue_delay", dimensions: dimensions),
-            runTime: CoreMetrics.Timer(label: "spindle_offload_run_time", dimensions: dimensions))
+            runTime: CoreMetrics.Timer(label: "spindle_offload_run_time", dimensions: dimensions),
+            taskQueueDelay: CoreMetrics.Timer(label: "spindle_task_queue_delay", dimensions: dimensions),
+            taskRunTime: CoreMetrics.Timer(label: "spindle_task_run_time", dimensions: dimensions))
     }
 
     func publish(_ pool: ThreadPool) {
@@ -129,13 +134,48 @@ final class MetricSet: @unchecked Sendable {
     }
 }
 
-/// The two offload timers of a pool, while a ``PoolMetrics`` publishes them.
+/// A pool's timers, while a ``PoolMetrics`` publishes them: every offload's, and the
+/// sampled submissions'.
 final class OffloadTimers: Sendable {
     let queueDelay: CoreMetrics.Timer
     let runTime: CoreMetrics.Timer
-    init(queueDelay: CoreMetrics.Timer, runTime: CoreMetrics.Timer) {
+    let taskQueueDelay: CoreMetrics.Timer
+    let taskRunTime: CoreMetrics.Timer
+    init(queueDelay: CoreMetrics.Timer, runTime: CoreMetrics.Timer,
+         taskQueueDelay: CoreMetrics.Timer, taskRunTime: CoreMetrics.Timer) {
         self.queueDelay = queueDelay
         self.runTime = runTime
+        self.taskQueueDelay = taskQueueDelay
+        self.taskRunTime = taskRunTime
+    }
+}
+
+extension ThreadPool {
+    /// One `submit` in this many (a power of two), on each thread, is timed while the
+    /// pool's metrics are published.
+    static let submitSamplingPeriod = 256
+
+    /// The timers to time this submission with, when it is a sampled one of a timed
+    /// pool: one relaxed-acquire load, and a per-thread count when the pool is timed.
+    @inline(__always)
+    var submissionTimers: OffloadTimers? {
+        guard let timers = offloadTimers.current, spindle_sample_due(UInt32(ThreadPool.submitSamplingPeriod)) else {
+            return nil
+        }
+        return timers
+    }
+}
+
+/// `work`, timed into `timers`' task timers from now: the submission's queueing delay
+/// and the closure's run time.
+func timed(_ work: @escaping @Sendable () -> Void, _ timers: OffloadTimers) -> @Sendable () -> Void {
+    let madeAt = DispatchTime.now().uptimeNanoseconds
+    return {
+        let started = DispatchTime.now().uptimeNanoseconds
+        work()
+        let ended = DispatchTime.now().uptimeNanoseconds
+        timers.taskQueueDelay.recordNanoseconds(Int64(started &- madeAt))
+        timers.taskRunTime.recordNanoseconds(Int64(ended &- started))
     }
 }
 

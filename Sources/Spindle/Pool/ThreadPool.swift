@@ -237,8 +237,12 @@ public final class ThreadPool: @unchecked Sendable {
     ///   in a child process made by `fork()`, for a pool created before it.
     ///   ``Error/overloaded`` when the pool is at its ``Configuration/queueLimit``.
     public func submit(_ work: consuming @escaping @Sendable () -> Void) throws {
-        if let admission { return try submitAdmitted(work, admission) }
-        let task = ClosureTask.make(work)
+        if let admission {
+            if let timers = submissionTimers { return try submitAdmitted(timed(work, timers), admission) }
+            return try submitAdmitted(work, admission)
+        }
+        let task: UnsafeMutablePointer<spindle_task>
+        if let timers = submissionTimers { task = ClosureTask.make(timed(work, timers)) } else { task = ClosureTask.make(work) }
         let rc = spindle_submit_task(raw, task)
         if rc != 0 {
             releaseRefusedTask(task)

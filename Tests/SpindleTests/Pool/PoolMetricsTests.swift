@@ -29,6 +29,11 @@ final class PoolMetricsTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(executed, 1050, "executed tasks were not counted")
         XCTAssertEqual(try metrics.expectTimer("spindle_offload_queue_delay", dims).values.count, 50)
         XCTAssertEqual(try metrics.expectTimer("spindle_offload_run_time", dims).values.count, 50)
+        // 1000 submissions from this one thread: one in 256 timed, whatever this thread
+        // submitted before.
+        let sampledCount = 1000 / ThreadPool.submitSamplingPeriod
+        XCTAssert((sampledCount...sampledCount + 1).contains(try metrics.expectTimer("spindle_task_queue_delay", dims).values.count))
+        XCTAssert((sampledCount...sampledCount + 1).contains(try metrics.expectTimer("spindle_task_run_time", dims).values.count))
         XCTAssertNotNil(try metrics.expectGauge("spindle_workers_parked", dims).lastValue)
         XCTAssertNotNil(try metrics.expectGauge("spindle_tasks_queued", dims).lastValue)
         XCTAssertNotNil(try metrics.expectGauge("spindle_workers_running", dims).lastValue)
