@@ -38,7 +38,7 @@ extension OperationQueue {
     public func tryAddOperation(_ op: Operation) -> Bool {
         guard admission.tryReserve(count: { [unowned self] in operationCount }) else { return false }
         addOperation(op)
-        admission.added()
+        admission.added { [unowned self] in operationCount }
         return true
     }
 

@@ -28,7 +28,7 @@ extension OperationQueue {
             outcome.locked { $0 = result }
         }
         addOperation(op)
-        admission.added()
+        admission.added { [unowned self] in operationCount }
         await withTaskCancellationHandler {
             await op.finished()
         } onCancel: {

@@ -115,6 +115,26 @@ final class QueueAdmissionTests: XCTestCase {
         XCTAssertEqual(q.admission.waiting, 0)
     }
 
+    func testAtALimitOfOneEveryWaiterIsAdmittedEvenWhenOperationsFinishBeforeTheyAreCounted() async throws {
+        // Empty bodies on a wide queue: an admitted operation often finishes before its
+        // submitter has dropped its reservation, and the room it leaves must still
+        // reach the next waiter (QA1).
+        let q = OperationQueue()
+        q.admissionLimit = 1
+        let n = Stress.count(1000)
+        let sum = try await withThrowingTaskGroup(of: Int.self) { group in
+            for t in 0..<20 {
+                group.addTask {
+                    var s = 0
+                    for i in stride(from: t, to: n, by: 20) { s += try await q.run { i } }
+                    return s
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        XCTAssertEqual(sum, n * (n - 1) / 2)
+    }
+
     func testWithoutALimitNothingIsRefused() async throws {
         let q = OperationQueue()
         q.isSuspended = true

@@ -8,7 +8,9 @@ import Synchronization
 // QA1. An admitted submitter holds a reservation from the moment it is admitted until
 //      its operation has been added (and so is in `operationCount`): the queue has
 //      room for one more when its count plus the reservations is below the limit. Two
-//      submitters that read the same count cannot both take the last place.
+//      submitters that read the same count cannot both take the last place. Dropping
+//      the reservation is a change that may free room (the operation may have finished
+//      meanwhile), so it admits waiters as a finish does (QA2).
 // QA2. The count is read under the admission lock, and every change of the count that
 //      frees room is followed by a call that takes that lock (the queue's count
 //      observer, QueueLifetime.swift). A submitter that finds no room registers under
@@ -97,9 +99,15 @@ final class QueueAdmission: Sendable {
         }
     }
 
-    /// The reserved operation has been added, and is counted by the queue (QA1).
-    func added() {
-        state.locked { $0.reserved -= 1 }
+    /// The reserved operation has been added, and is counted by the queue (QA1). It may
+    /// already have finished: the finish then found its place still reserved, so the
+    /// room it left is looked for here (QA2).
+    func added(count: () -> Int) {
+        let admitted = state.locked { s in
+            s.reserved -= 1
+            return admitWaiters(&s, count())
+        }
+        for w in admitted { w.continuation.resume() }
     }
 
     /// The queue's count changed: admits the waiters there is now room for (QA2).
