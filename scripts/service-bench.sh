@@ -6,10 +6,22 @@
 # light p50/p99/p99.9, errors and 503s per strategy, and the ratios against the best
 # strategy that is not Spindle's.
 #
+# The heavy load runs at nice 19 and the light probe waits 1 ms between a response and
+# its next request. On a machine that also runs the server, a load generator at the
+# server's priority takes CPU from it, and a probe that sends its next request the
+# moment a response arrives is a second load; a client on another machine is neither.
+# Spindle's strategies run at --qos (utility by default); a strategy name ending in
+# -background (spindle-background, spindle-limited-background) runs the same at
+# background.
+#
 #   scripts/service-bench.sh                 # every strategy, 3 rounds of 10 s
 #   scripts/service-bench.sh --smoke         # 2 s each, one round: checks the work is done
 #   options: --seconds N  --rounds N  --connections N (heavy; default 4 per CPU)
 #            --strategies a,b  --qos default|utility|background (Spindle's class)
+#            --client-nice N: the heavy load generator's nice (default 19; 0: the
+#            server's own priority)
+#            --probe-pace MS: the light probe's wait between requests (default 1;
+#            0: none, a closed loop)
 #            --format table|json  --output FILE  --plot FILE.svg
 #            --update-docs: also write the table into README.md and docs/performance.md
 #            (between their service:begin and service:end markers) and the plot into
@@ -21,8 +33,8 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 spindle_ensure_deps wrk
 
-seconds=10 rounds=3 connections="" format=table output="" plot="" smoke=0 qos=utility update_docs=0
-strategies="inline,detached,nio,spindle,spindle-queue,spindle-limited"
+seconds=10 rounds=3 connections="" format=table output="" plot="" smoke=0 qos=utility update_docs=0 client_nice=19 probe_pace=1
+strategies="inline,detached,nio,spindle,spindle-background,spindle-queue,spindle-limited,spindle-limited-background"
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
@@ -30,6 +42,8 @@ while [ $# -gt 0 ]; do
     --connections) connections="$2"; shift 2 ;;
     --strategies) strategies="$2"; shift 2 ;;
     --qos) qos="$2"; shift 2 ;;
+    --client-nice) client_nice="$2"; shift 2 ;;
+    --probe-pace) probe_pace="$2"; shift 2 ;;
     --format) format="$2"; shift 2 ;;
     --output) output="$2"; shift 2 ;;
     --plot) plot="$2"; shift 2 ;;
@@ -56,9 +70,9 @@ trap cleanup EXIT INT TERM
 "$bin" --write-body "$work/body.json"
 export SERVICE_BENCH_BODY="$work/body.json"
 
-# Starts the server with the given options; sets server_pid and port.
+# Starts the server with the given options (--qos among them); sets server_pid and port.
 start_server() {
-  "$bin" --max-seconds $((seconds * 3 + 60)) --qos "$qos" "$@" > "$work/server.out" 2> "$work/server.err" &
+  "$bin" --max-seconds $((seconds * 3 + 60)) "$@" > "$work/server.out" 2> "$work/server.err" &
   server_pid=$!
   port=""
   for _ in $(seq 1 300); do
@@ -85,12 +99,13 @@ measure() {
   start_server "$@"
   local heavy_pid=""
   if [ "$conns" -gt 0 ]; then
-    SERVICE_BENCH_POST=1 wrk -t1 -c"$conns" -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/count.lua \
+    SERVICE_BENCH_POST=1 nice -n "$client_nice" wrk -t1 -c"$conns" -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/count.lua \
       "http://127.0.0.1:$port/heavy" > "$work/heavy.out" 2>&1 &
     heavy_pid=$!
     sleep 0.5 # the heavy load first, so that the probe sees it throughout
   fi
-  wrk -t1 -c1 -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/count.lua \
+  pace=""; [ "$probe_pace" != 0 ] && pace="$probe_pace"
+  SERVICE_BENCH_PACE_MS="$pace" wrk -t1 -c1 -d"${seconds}s" --timeout 10s -s Benchmarks/Service/wrk/count.lua \
     "http://127.0.0.1:$port/light" > "$work/light.out" 2>&1
   [ -n "$heavy_pid" ] && wait "$heavy_pid"
   stop_server
@@ -109,10 +124,20 @@ for round in $(seq 1 "$rounds"); do
   else
     order=("${list[@]}")
   fi
-  measure unloaded 0 --strategy spindle
-  for s in "${order[@]}"; do measure "$s" "$connections" --strategy "$s"; done
+  measure unloaded 0 --strategy spindle --qos "$qos"
+  for s in "${order[@]}"; do
+    case "$s" in
+      *-background) measure "$s" "$connections" --strategy "${s%-background}" --qos background ;;
+      *) measure "$s" "$connections" --strategy "$s" --qos "$qos" ;;
+    esac
+  done
+  # Admission control at twice the connections, for each limited strategy in the list.
   case ",$strategies," in
-    *,spindle-limited,*) measure spindle-limited-overload $((2 * connections)) --strategy spindle-limited ;;
+    *,spindle-limited,*) measure spindle-limited-overload $((2 * connections)) --strategy spindle-limited --qos "$qos" ;;
+  esac
+  case ",$strategies," in
+    *,spindle-limited-background,*)
+      measure spindle-limited-background-overload $((2 * connections)) --strategy spindle-limited --qos background ;;
   esac
 done
 
@@ -123,7 +148,7 @@ python3 Benchmarks/Service/report.py "$work/results.jsonl" --format "$format" --
 if [ "$update_docs" -eq 1 ]; then
   python3 Benchmarks/Service/report.py "$work/results.jsonl" --format table --cpus "$cpus" \
     --seconds "$seconds" --rounds "$rounds" --output "$work/table.txt" --plot docs/service.svg
-  { echo "\`scripts/service-bench.sh --update-docs\` on $(date +%F), Spindle at $qos:"; echo
+  { echo "\`scripts/service-bench.sh --update-docs\` on $(date +%F): Spindle at $qos (spindle-background: at background), heavy load at nice $client_nice, light probe paced at ${probe_pace} ms:"; echo
     echo '```'; cat "$work/table.txt"; echo '```'; } > "$work/service.md"
   scripts/splice.py service README.md "$work/service.md"
   scripts/splice.py service docs/performance.md "$work/service.md"

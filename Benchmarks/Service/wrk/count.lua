@@ -12,6 +12,12 @@ if os.getenv("SERVICE_BENCH_POST") then
   wrk.headers["Content-Type"] = "application/json"
 end
 
+-- With SERVICE_BENCH_PACE_MS set (the light probe), each connection waits that long
+-- between a response and its next request: a probe of the endpoint's latency, not a
+-- second load that takes CPU from the server.
+local pace = tonumber(os.getenv("SERVICE_BENCH_PACE_MS") or "")
+if pace then function delay() return pace end end
+
 function setup(thread) table.insert(threads, thread) end
 
 function response(status, headers, body)
