@@ -201,6 +201,9 @@ struct spindle_worker {
     uint32_t index;
     uint32_t tick;           /* owner-only: scheduling ticks, for injector fairness */
     uint64_t rng;            /* owner-only: xorshift state for victim selection     */
+    uintptr_t steal_floor;   /* owner-only: its thread's stack is half used below
+                                this address; a join wait deeper does not steal
+                                (worker.c, W4). Set by each thread that runs it.    */
     bool searching;          /* owner-only mirror of its share of idle.state        */
     bool guest;              /* owner-only: running on the CPU of the lower-ranked
                                 outside thread that woke it; searches once, never
@@ -338,6 +341,10 @@ void spindle_run_task(spindle_worker *w, spindle_task *t);
 void spindle_worker_push(spindle_worker *w, spindle_task *t);
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
+
+/* Tests only (testing.c): threads that start while set count as deep from the start
+ * (W4), so that tests can run join waits that never steal. */
+extern _Atomic bool spindle_test_deep_join_waits;
 
 /* ---- join.c ------------------------------------------------------------------------ */
 /* Worker `w` waits for `*latch` without running anything, counted out meanwhile

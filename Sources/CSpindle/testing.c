@@ -139,3 +139,10 @@ size_t spindle_test_pool_placement_bytes(const spindle_pool *pool) {
     if (pool->ordered != pool->workers) bytes += sizeof(spindle_worker *) * pool->nworkers;
     return bytes;
 }
+
+_Atomic bool spindle_test_deep_join_waits;
+
+void spindle_test_set_deep_join_waits(bool deep) {
+    /* Relaxed: read by threads that start after this returns (pthread_create orders it). */
+    atomic_store_explicit(&spindle_test_deep_join_waits, deep, memory_order_relaxed);
+}

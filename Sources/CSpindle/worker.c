@@ -27,6 +27,14 @@
  *       became a searcher (or was woken as one), cleared — with the "last searcher
  *       wakes the next when work is pending" rule — as soon as it finds a task.
  *   W3  A task runs on exactly one thread, exactly once, whatever path found it.
+ *   W4  A join wait runs other work on the waiting thread's stack, on top of the frame
+ *       that waits, so chains of waits that each steal can nest without bound. Once a
+ *       thread has used half its stack, its join waits stop searching: they take
+ *       work from their own deque and the injector only, then park on the latch.
+ *       That is never a deadlock: the frame waited for is running on the thief that
+ *       took it, or it is in the injector, where this waiter or any other worker
+ *       finds it. oneTBB bounds stealing by stack depth the same way; rayon does not,
+ *       and its stacks can overflow under adverse scheduling.
  */
 #include "internal.h"
 
@@ -176,6 +184,8 @@ static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
     if (++w->tick % 61 == 0 && (t = poll_injector(w))) return t;
     if ((t = spindle_deque_pop(&w->deque))) return t;
     if ((t = poll_injector(w))) return t;
+    /* W4: deep in a join wait, no searching. The stack grows down. */
+    if (latch && (uintptr_t)__builtin_frame_address(0) < w->steal_floor) return NULL;
     if (!w->searching) {
         if (!spindle_idle_try_start_searching(&w->pool->idle)) return NULL;
         w->searching = true;
@@ -348,10 +358,24 @@ static void apply_pinning(spindle_worker *w) {
     if (rc) spindle_report_first_error(&w->pool->pin_error, rc);
 }
 
+/* W4: the address below which this thread's stack is more than half used (0: unknown,
+ * never deep). */
+static uintptr_t stack_steal_floor(void) {
+    if (atomic_load_explicit(&spindle_test_deep_join_waits, memory_order_relaxed)) return UINTPTR_MAX;
+    pthread_attr_t attr;
+    void *low;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return 0;
+    int rc = pthread_attr_getstack(&attr, &low, &size);
+    pthread_attr_destroy(&attr);
+    return rc == 0 ? (uintptr_t)low + size / 2 : 0;
+}
+
 void *spindle_worker_main(void *arg) {
     spindle_worker *w = arg;
     spindle_pool *pool = w->pool;
     spindle_tls_worker = w;
+    w->steal_floor = stack_steal_floor();
     /* Relaxed: read by the monitor as a hint (0: not started). */
     atomic_store_explicit(&w->tid, (int32_t)syscall(SYS_gettid), memory_order_relaxed);
     set_thread_name(w);

@@ -8,6 +8,7 @@
 #include "spindle.h"
 #include "spindle_topology.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -24,6 +25,10 @@ int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w);
  *  linearly with the workers. */
 size_t spindle_test_plan_bytes(const spindle_plan *plan);
 size_t spindle_test_pool_placement_bytes(const spindle_pool *pool);
+
+/** While set, worker threads that start count their stacks as more than half used, so
+ *  their join waits never steal (worker.c, W4). */
+void spindle_test_set_deep_join_waits(bool deep);
 
 /** Sends `message` through the engine's diagnostics (log.c), as the engine would. */
 void spindle_test_log(spindle_log_level level, const char *message);

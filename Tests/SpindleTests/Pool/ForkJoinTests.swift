@@ -14,6 +14,25 @@ final class ForkJoinTests: XCTestCase {
         XCTAssertEqual(fib(pool, 15), 610)
     }
 
+    /// Join waits on a thread whose stack is half used stop stealing (worker.c, W4).
+    /// They must still finish: the frame waited for is running on its thief, or it
+    /// overflowed into the injector (a deque of 4 makes that common), where the waiter
+    /// or another worker takes it.
+    func testJoinWaitsThatMayNotStealStillFinish() throws {
+        spindle_test_set_deep_join_waits(true)
+        var c = ThreadPool.Configuration(workers: 2)
+        c.dequeCapacity = 4
+        c.maxSpareWorkers = 0
+        let pool = try ThreadPool(configuration: c) // its workers have started: deep
+        spindle_test_set_deep_join_waits(false)
+        XCTAssertEqual(pool.run { fib(pool, Stress.isTSan ? 16 : 20) }, Stress.isTSan ? 987 : 6765)
+        XCTAssertEqual(fib(pool, 12), 144)
+        let sum = Atomic<Int>(0)
+        pool.concurrentPerform(iterations: 1000) { i in sum.add(i, ordering: .relaxed) }
+        XCTAssertEqual(sum.load(ordering: .relaxed), 1000 * 999 / 2)
+        try pool.shutdown()
+    }
+
     func testJoinWaitsForTheOtherHalfWhenTheFirstThrows() throws {
         struct Boom: Error {}
         let pool = try ThreadPool(workers: 2)
