@@ -51,11 +51,6 @@ final class Admission: Sendable {
     /// What a submitter was admitted with, to give back (AD5; 0 without a delay limit).
     typealias Ticket = UInt64
 
-    private struct Waiter {
-        let id: UInt64
-        let continuation: CheckedContinuation<Ticket, any Error>
-    }
-
     private struct Queued {
         let ticket: Ticket
         let admittedAt: UInt64
@@ -64,8 +59,7 @@ final class Admission: Sendable {
     private struct State {
         var queued = 0
         /// The line, first come first served.
-        var line = FIFO<Waiter>()
-        var nextID: UInt64 = 0
+        var line = WaitingLine<Ticket>()
         var closed = false
         /// AD5: the queued tickets in admission order, and those that left out of order.
         var tickets = FIFO<Queued>()
@@ -108,50 +102,39 @@ final class Admission: Sendable {
     /// - Throws: `CancellationError` when the calling task is cancelled while it waits;
     ///   ``ThreadPool/Error/shutDown`` when the pool shuts down.
     func take() async throws -> Ticket {
-        let id = state.locked { s -> UInt64 in
-            s.nextID &+= 1
-            return s.nextID
-        }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Ticket, any Error>) in
-                let now = delayLimit == nil ? 0 : Admission.now()
-                let result = state.locked { s -> Result<Ticket, any Error>? in
-                    if s.closed { return .failure(ThreadPool.Error.shutDown) }
-                    if Task.isCancelled { return .failure(CancellationError()) }
-                    if s.line.isEmpty && hasRoom(s, now) { return .success(admit(&s, now)) }
-                    s.line.append(Waiter(id: id, continuation: c))
-                    return nil
-                }
-                if let result { c.resume(with: result) }
+        let id = state.locked { $0.line.newID() }
+        return try await waitInLine(decide: { c in
+            let now = delayLimit == nil ? 0 : Admission.now()
+            return state.locked { s -> Result<Ticket, any Error>? in
+                if s.closed { return .failure(ThreadPool.Error.shutDown) }
+                if Task.isCancelled { return .failure(CancellationError()) }
+                if s.line.isEmpty && hasRoom(s, now) { return .success(admit(&s, now)) }
+                s.line.append(id, c)
+                return nil
             }
-        } onCancel: {
-            let waiter = state.locked { s in s.line.remove { $0.id == id } }
-            waiter?.continuation.resume(throwing: CancellationError())
-        }
+        }, leave: { state.locked { $0.line.remove(id) } })
     }
 
     /// Gives a slot back (AD1): to the first waiter, or to the pool.
     func giveBack(_ ticket: Ticket) {
         let now = delayLimit == nil ? 0 : Admission.now()
-        let next = state.locked { s -> (Waiter, Ticket)? in
+        let next = state.locked { s -> (WaitingLine<Ticket>.Continuation, Ticket)? in
             s.queued -= 1
             if delayLimit != nil { leave(&s, ticket) }
             // The slot passes to the first waiter if the pool now has room for it.
             guard !s.line.isEmpty, hasRoom(s, now), let w = s.line.popFirst() else { return nil }
             return (w, admit(&s, now))
         }
-        if let (waiter, ticket) = next { waiter.continuation.resume(returning: ticket) }
+        if let (waiter, ticket) = next { waiter.resume(returning: ticket) }
     }
 
     /// Refuses every waiter and every later submitter (AD4).
     func close() {
-        let waiters = state.locked { s -> [Waiter] in
+        let waiters = state.locked { s in
             s.closed = true
-            var all: [Waiter] = []
-            while let w = s.line.popFirst() { all.append(w) }
-            return all
+            return s.line.removeAll()
         }
-        for w in waiters { w.continuation.resume(throwing: ThreadPool.Error.shutDown) }
+        for w in waiters { w.resume(throwing: ThreadPool.Error.shutDown) }
     }
 
     /// Under the lock: the depth is below its limit and the head has not waited past

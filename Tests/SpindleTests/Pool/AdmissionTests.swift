@@ -24,6 +24,31 @@ final class AdmissionTests: XCTestCase {
         try holdablePool(workers: workers, queueLimit: limit)
     }
 
+    /// `n` tasks that each wait in line to run a closure logging its number, each in
+    /// line before the next starts.
+    func lineUp(_ n: Int, on pool: ThreadPool, logging order: Log) async throws -> [Task<Void, any Error>] {
+        let admission = try XCTUnwrap(pool.admission)
+        var tasks: [Task<Void, any Error>] = []
+        for i in 0..<n {
+            tasks.append(Task { try await pool.run { order.add("\(i)") } })
+            while admission.waiting < i + 1 { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        return tasks
+    }
+
+    /// `submit` and a fail-fast `run` both refuse with `overloaded`.
+    func assertOverloaded(_ pool: ThreadPool, _ why: String, file: StaticString = #filePath, line: UInt = #line) async {
+        XCTAssertThrowsError(try pool.submit {}, file: file, line: line) {
+            XCTAssertEqual($0 as? ThreadPool.Error, .overloaded, file: file, line: line)
+        }
+        do {
+            _ = try await pool.run(ifFull: .fail) { 1 }
+            XCTFail("a fail-fast offload was queued \(why)", file: file, line: line)
+        } catch {
+            XCTAssertEqual(error as? ThreadPool.Error, .overloaded, file: file, line: line)
+        }
+    }
+
     func testAFullPoolSaysNoAtOnceToSynchronousAndFailFastSubmitters() async throws {
         let pool = try limited(workers: 1, limit: 2)
         let blocker = Blocker()
@@ -31,13 +56,7 @@ final class AdmissionTests: XCTestCase {
         XCTAssertTrue(pool.trySubmit {})
         XCTAssertTrue(pool.trySubmit {})
         XCTAssertFalse(pool.trySubmit {}, "a third closure was queued past a limit of 2")
-        XCTAssertThrowsError(try pool.submit {}) { XCTAssertEqual($0 as? ThreadPool.Error, .overloaded) }
-        do {
-            _ = try await pool.run(ifFull: .fail) { 1 }
-            XCTFail("a fail-fast offload was queued past the limit")
-        } catch let error as ThreadPool.Error {
-            XCTAssertEqual(error, .overloaded)
-        }
+        await assertOverloaded(pool, "past the limit")
         blocker.open()
         try await pool.shutdown()
     }
@@ -78,14 +97,8 @@ final class AdmissionTests: XCTestCase {
         let blocker = Blocker()
         try blocker.occupy(pool)
         XCTAssertTrue(pool.trySubmit {}) // the one slot
-        let admission = try XCTUnwrap(pool.admission)
         let order = Log()
-        var tasks: [Task<Void, any Error>] = []
-        for i in 0..<20 {
-            tasks.append(Task { try await pool.run { order.add("\(i)") } })
-            // Each joins the line before the next starts.
-            while admission.waiting < i + 1 { try await Task.sleep(for: .milliseconds(1)) }
-        }
+        let tasks = try await lineUp(20, on: pool, logging: order)
         XCTAssertFalse(pool.trySubmit {}, "a newcomer took a slot ahead of the line")
         blocker.open()
         for t in tasks { try await t.value }
@@ -106,10 +119,7 @@ final class AdmissionTests: XCTestCase {
         let b = Task { try await pool.run { ran.add("b") } }
         while admission.waiting < 2 { try await Task.sleep(for: .milliseconds(1)) }
         a.cancel()
-        do {
-            try await a.value
-            XCTFail("a cancelled waiter was admitted")
-        } catch is CancellationError {}
+        await assertEndsCancelled(a, "a cancelled waiter was admitted")
         XCTAssertEqual(admission.waiting, 1)
         blocker.open()
         try await b.value
@@ -160,13 +170,7 @@ final class AdmissionTests: XCTestCase {
         let admission = try XCTUnwrap(pool.admission)
         XCTAssertGreaterThanOrEqual(admission.headDelay, 60_000_000)
         XCTAssertFalse(pool.trySubmit {}, "admitted behind a closure queued for 60 ms, past a 20 ms limit")
-        XCTAssertThrowsError(try pool.submit {}) { XCTAssertEqual($0 as? ThreadPool.Error, .overloaded) }
-        do {
-            _ = try await pool.run(ifFull: .fail) { 1 }
-            XCTFail("a fail-fast offload was admitted past the delay limit")
-        } catch let error as ThreadPool.Error {
-            XCTAssertEqual(error, .overloaded)
-        }
+        await assertOverloaded(pool, "past the delay limit")
         XCTAssertEqual(admission.queued, 2, "refusals took no slot")
         blocker.open()
         started.wait()
@@ -199,11 +203,7 @@ final class AdmissionTests: XCTestCase {
         try await Task.sleep(for: .milliseconds(30))
         let admission = try XCTUnwrap(pool.admission)
         let order = Log()
-        var tasks: [Task<Void, any Error>] = []
-        for i in 0..<5 {
-            tasks.append(Task { try await pool.run { order.add("\(i)") } })
-            while admission.waiting < i + 1 { try await Task.sleep(for: .milliseconds(1)) }
-        }
+        let tasks = try await lineUp(5, on: pool, logging: order)
         blocker.open()
         for t in tasks { try await t.value }
         XCTAssertEqual(order.all, (0..<5).map(String.init))

@@ -62,10 +62,7 @@ final class AsyncOffloadTests: XCTestCase {
         let task = Task { try await pool.run { ran.store(true, ordering: .relaxed) } }
         try await Task.sleep(for: .milliseconds(20)) // queued behind the blocker
         task.cancel()
-        do {
-            try await task.value
-            XCTFail("a cancelled offload returned")
-        } catch is CancellationError {}
+        await assertEndsCancelled(task, "a cancelled offload returned")
         blocker.open()
         try await pool.shutdown(.drain)
         XCTAssertFalse(ran.load(ordering: .relaxed), "the closure of a cancelled task ran")
@@ -151,10 +148,7 @@ final class AsyncOffloadTests: XCTestCase {
         // A cancelled operation still leaves its queue the way Foundation's do: once
         // the queue retires it (here, when it resumes), without running its block.
         queue.isSuspended = false
-        do {
-            try await task.value
-            XCTFail("a cancelled operation returned")
-        } catch is CancellationError {}
+        await assertEndsCancelled(task, "a cancelled operation returned")
         await queue.allOperationsFinished()
         XCTAssertFalse(ran.load(ordering: .relaxed))
 

@@ -138,3 +138,15 @@ final class Countdown: Sendable {
     }
     func wait() { done.wait() }
 }
+
+/// Fails unless `task` ends by throwing `CancellationError`.
+func assertEndsCancelled<T: Sendable>(_ task: Task<T, any Error>, _ message: String,
+                                      file: StaticString = #filePath, line: UInt = #line) async {
+    do {
+        _ = try await task.value
+        XCTFail(message, file: file, line: line)
+    } catch is CancellationError {
+    } catch {
+        XCTFail("\(message): threw \(error) instead of CancellationError", file: file, line: line)
+    }
+}

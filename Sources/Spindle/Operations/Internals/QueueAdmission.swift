@@ -27,16 +27,10 @@ import Synchronization
 
 /// An OperationQueue's admission limit and the tasks waiting for room (QA1-QA4).
 final class QueueAdmission: Sendable {
-    private struct Waiter {
-        let id: UInt64
-        let continuation: CheckedContinuation<Void, any Error>
-    }
-
     private struct State {
         var limit: Int?
         var reserved = 0
-        var line = FIFO<Waiter>()
-        var nextID: UInt64 = 0
+        var line = WaitingLine<Void>()
         /// The queue's count observer is registered (once, with the first limit).
         var observing = false
     }
@@ -51,13 +45,13 @@ final class QueueAdmission: Sendable {
     /// Sets the limit; true the first time one is set, when the caller must register
     /// the count observer. Admits the waiters a higher limit makes room for (QA4).
     func setLimit(_ limit: Int?, count: () -> Int) -> Bool {
-        let (admitted, first) = state.locked { s -> ([Waiter], Bool) in
+        let (admitted, first) = state.locked { s -> ([WaitingLine<Void>.Continuation], Bool) in
             s.limit = limit
             let first = !s.observing && limit != nil
             s.observing = s.observing || first
             return (admitWaiters(&s, count()), first)
         }
-        for w in admitted { w.continuation.resume() }
+        for w in admitted { w.resume() }
         return first
     }
 
@@ -76,27 +70,18 @@ final class QueueAdmission: Sendable {
     func reserve(count: @escaping @Sendable () -> Int) async throws {
         // The common case, room at once (always, without a limit), needs no suspension.
         if tryReserve(count: count) { return }
-        let id = state.locked { s -> UInt64 in
-            s.nextID &+= 1
-            return s.nextID
-        }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-                let now = state.locked { s -> Result<Void, any Error>? in
-                    if Task.isCancelled { return .failure(CancellationError()) }
-                    if s.line.isEmpty && hasRoom(s, count()) {
-                        s.reserved += 1
-                        return .success(())
-                    }
-                    s.line.append(Waiter(id: id, continuation: c))
-                    return nil
+        let id = state.locked { $0.line.newID() }
+        try await waitInLine(decide: { c in
+            state.locked { s -> Result<Void, any Error>? in
+                if Task.isCancelled { return .failure(CancellationError()) }
+                if s.line.isEmpty && hasRoom(s, count()) {
+                    s.reserved += 1
+                    return .success(())
                 }
-                if let now { c.resume(with: now) }
+                s.line.append(id, c)
+                return nil
             }
-        } onCancel: {
-            let waiter = state.locked { s in s.line.remove { $0.id == id } }
-            waiter?.continuation.resume(throwing: CancellationError())
-        }
+        }, leave: { state.locked { $0.line.remove(id) } })
     }
 
     /// The reserved operation has been added, and is counted by the queue (QA1). It may
@@ -107,13 +92,13 @@ final class QueueAdmission: Sendable {
             s.reserved -= 1
             return admitWaiters(&s, count())
         }
-        for w in admitted { w.continuation.resume() }
+        for w in admitted { w.resume() }
     }
 
     /// The queue's count changed: admits the waiters there is now room for (QA2).
     func countChanged(count: () -> Int) {
         let admitted = state.locked { s in admitWaiters(&s, count()) }
-        for w in admitted { w.continuation.resume() }
+        for w in admitted { w.resume() }
     }
 
     private func hasRoom(_ s: State, _ count: Int) -> Bool {
@@ -121,8 +106,8 @@ final class QueueAdmission: Sendable {
         return count + s.reserved < limit
     }
 
-    private func admitWaiters(_ s: inout State, _ count: Int) -> [Waiter] {
-        var admitted: [Waiter] = []
+    private func admitWaiters(_ s: inout State, _ count: Int) -> [WaitingLine<Void>.Continuation] {
+        var admitted: [WaitingLine<Void>.Continuation] = []
         while !s.line.isEmpty, hasRoom(s, count), let w = s.line.popFirst() {
             s.reserved += 1
             admitted.append(w)
