@@ -146,12 +146,16 @@ python3 Benchmarks/Service/report.py "$work/results.jsonl" --format "$format" --
   $([ "$smoke" -eq 1 ] && echo --check-work)
 
 if [ "$update_docs" -eq 1 ]; then
-  python3 Benchmarks/Service/report.py "$work/results.jsonl" --format table --cpus "$cpus" \
-    --seconds "$seconds" --rounds "$rounds" --output "$work/table.txt" --plot docs/service.svg
-  { echo "\`scripts/service-bench.sh --update-docs\` on $(date +%F): Spindle at $qos (spindle-background: at background), heavy load at nice $client_nice, light probe paced at ${probe_pace} ms:"; echo
-    echo '```'; cat "$work/table.txt"; echo '```'; } > "$work/service.md"
-  scripts/splice.py service README.md "$work/service.md"
-  scripts/splice.py service docs/performance.md "$work/service.md"
+  # The README gets the table; docs/performance.md the table and the ratios.
+  for part in short full; do
+    python3 Benchmarks/Service/report.py "$work/results.jsonl" --format table --cpus "$cpus" \
+      --seconds "$seconds" --rounds "$rounds" --output "$work/table-$part.txt" \
+      $([ "$part" = short ] && echo --table-only) --plot docs/service.svg
+    { echo "\`scripts/service-bench.sh --update-docs\` on $(date +%F): Spindle at $qos (spindle-background: at background), heavy load at nice $client_nice, light probe paced at ${probe_pace} ms:"; echo
+      echo '```'; cat "$work/table-$part.txt"; echo '```'; } > "$work/service-$part.md"
+  done
+  scripts/splice.py service README.md "$work/service-short.md"
+  scripts/splice.py service docs/performance.md "$work/service-full.md"
   echo "updated README.md, docs/performance.md and docs/service.svg" >&2
 fi
 

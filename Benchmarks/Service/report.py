@@ -88,6 +88,8 @@ def table(rows, rs, args):
         rps = f"{r['heavy_rps']:.1f}" if r["heavy_rps"] is not None else "-"
         lines.append(f"{r['strategy']:36} {r['connections']:>5} {rps:>11} {fmt_us(r['light_p50_us']):>12} "
                      f"{fmt_us(r['light_p99_us']):>8} {fmt_us(r['light_p999_us']):>9} {r['s503']:>6} {r['failures']:>6}")
+    if args.table_only:
+        return "\n".join(lines) + "\n"
     lines.append("")
     for x in rs:
         if "heavy_rps_ratio" in x:
@@ -133,6 +135,7 @@ def main():
     p.add_argument("--cpus", type=int, default=0)
     p.add_argument("--seconds", type=int, default=0)
     p.add_argument("--rounds", type=int, default=0)
+    p.add_argument("--table-only", action="store_true", help="the table without the ratio lines")
     p.add_argument("--check-work", action="store_true",
                    help="fail unless every strategy served heavy and light requests (a smoke run)")
     args = p.parse_args()
