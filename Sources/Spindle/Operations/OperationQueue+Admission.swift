@@ -9,9 +9,10 @@ extension OperationQueue {
     ///
     /// While the queue holds that many, ``tryAddOperation(_:)`` returns false, and
     /// ``run(ifFull:_:)`` waits for room, first come first served, or throws
-    /// ``ThreadPool/Error/overloaded``. ``addOperation(_:)`` and the other Foundation
-    /// methods never refuse an operation, as in Foundation; what they add counts toward
-    /// the limit. Raising or removing the limit lets waiting tasks in at once.
+    /// ``ThreadPool/Error/overloaded``. ``addOperation(_:)-(Operation)`` and the other
+    /// Foundation methods never refuse an operation, as in Foundation; what they add
+    /// counts toward the limit. Raising or removing the limit lets waiting tasks in at
+    /// once.
     ///
     /// Setting a limit below 1 is a programmer error, and traps.
     public var admissionLimit: Int? {
@@ -34,7 +35,7 @@ extension OperationQueue {
 
     /// Adds `op` unless the queue holds ``admissionLimit`` operations or more: true when
     /// it was added, false when it was not (and is left as it was, to add later or
-    /// elsewhere). Never blocks. Without a limit, it is ``addOperation(_:)``.
+    /// elsewhere). Never blocks. Without a limit, it is ``addOperation(_:)-(Operation)``.
     public func tryAddOperation(_ op: Operation) -> Bool {
         guard admission.tryReserve(count: { [unowned self] in operationCount }) else { return false }
         addOperation(op)
