@@ -21,15 +21,14 @@ extension OperationQueue {
             if let limit = newValue, limit < 1 {
                 fatalError("OperationQueue.admissionLimit must be at least 1 (nil: no limit), got \(limit)")
             }
-            let count = { [unowned self] in operationCount }
-            if admission.setLimit(newValue, count: count) {
-                // The admission holds no reference to the queue: a queue that is
-                // released is not kept alive by its own observer.
+            if newValue != nil && admission.startObserving() {
+                // Weak: a queue that is released is not kept alive by its own observer.
                 onOperationCountChange { [weak self] _ in
                     guard let self else { return }
                     self.admission.countChanged { self.operationCount }
                 }
             }
+            admission.setLimit(newValue) { [unowned self] in operationCount }
         }
     }
 

@@ -15,11 +15,12 @@ import Synchronization
 //      frees room is followed by a call that takes that lock (the queue's count
 //      observer, QueueLifetime.swift). A submitter that finds no room registers under
 //      the same lock, so a finish that comes in between is seen by one or the other: no
-//      waiter sleeps while there is room. The one exception is a finish already under
-//      way when the first limit is set, which may have read that nobody observes the
-//      count: a finish that skips the observer is never the queue's last (it takes the
-//      lock-free way only while other operations remain, QueueLifetime.swift), so
-//      waiters see its room at the next finish at the latest.
+//      waiter sleeps while there is room. The observer is registered before the first
+//      limit is set. The one exception is a finish already under way then, which may
+//      have read that nobody observes the count: a finish that skips the observer is
+//      never the queue's last (it takes the lock-free way only while other operations
+//      remain, QueueLifetime.swift), so waiters see its room at the next finish at the
+//      latest.
 // QA3. Waiters are admitted first come first served, and while anyone waits a newcomer
 //      does not take a place ahead of them. A cancelled waiter leaves the line (the
 //      check and the registration are under the lock its cancellation handler takes).
@@ -31,7 +32,7 @@ final class QueueAdmission: Sendable {
         var limit: Int?
         var reserved = 0
         var line = WaitingLine<Void>()
-        /// The queue's count observer is registered (once, with the first limit).
+        /// The queue's count observer is registered (once, before the first limit).
         var observing = false
     }
 
@@ -42,17 +43,22 @@ final class QueueAdmission: Sendable {
     /// Tasks waiting for room.
     var waiting: Int { state.locked { $0.line.count } }
 
-    /// Sets the limit; true the first time one is set, when the caller must register
-    /// the count observer. Admits the waiters a higher limit makes room for (QA4).
-    func setLimit(_ limit: Int?, count: () -> Int) -> Bool {
-        let (admitted, first) = state.locked { s -> ([WaitingLine<Void>.Continuation], Bool) in
+    /// True the first time it is called: the caller then registers the queue's count
+    /// observer, before the first limit is set (QA2).
+    func startObserving() -> Bool {
+        state.locked { s in
+            defer { s.observing = true }
+            return !s.observing
+        }
+    }
+
+    /// Sets the limit, and admits the waiters a higher limit makes room for (QA4).
+    func setLimit(_ limit: Int?, count: () -> Int) {
+        let admitted = state.locked { s in
             s.limit = limit
-            let first = !s.observing && limit != nil
-            s.observing = s.observing || first
-            return (admitWaiters(&s, count()), first)
+            return admitWaiters(&s, count())
         }
         for w in admitted { w.resume() }
-        return first
     }
 
     /// Reserves a place if there is room and nobody waits (QA1, QA3).
