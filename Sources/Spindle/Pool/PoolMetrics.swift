@@ -60,7 +60,7 @@ public final class PoolMetrics: Sendable {
 
     private init(_ pools: [(ThreadPool, [(String, String)])], every interval: Duration) {
         self.pools = pools.map { pool, dimensions in (pool, MetricSet(dimensions)) }
-        for (pool, set) in self.pools { pool.offloadTimers.publish(set.timers) }
+        for (pool, set) in self.pools { pool.timerSlot.publish(set.timers) }
         let nanos = max(1_000_000, interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000)
         Thread.detachNewThread { [self] in
             while !done.load(ordering: .acquiring) {
@@ -74,7 +74,7 @@ public final class PoolMetrics: Sendable {
     /// Publishes once more and stops.
     public func stop() {
         guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        for (pool, _) in pools { pool.offloadTimers.publish(nil) }
+        for (pool, _) in pools { pool.timerSlot.publish(nil) }
         stopped.signal()
     }
 
@@ -93,7 +93,7 @@ final class MetricSet: @unchecked Sendable {
     let executed, stolen, refused: Counter
     let queued, running, parked: Gauge
     let cpu: FloatingPointCounter
-    let timers: OffloadTimers
+    let timers: PoolTimers
     private var last = (executed: UInt64(0), stolen: UInt64(0), refused: UInt64(0), cpu: Duration.zero)
 
     init(_ dimensions: [(String, String)]) {
@@ -104,7 +104,7 @@ final class MetricSet: @unchecked Sendable {
         running = Gauge(label: "spindle_workers_running", dimensions: dimensions)
         parked = Gauge(label: "spindle_workers_parked", dimensions: dimensions)
         cpu = FloatingPointCounter(label: "spindle_cpu_seconds_total", dimensions: dimensions)
-        timers = OffloadTimers(
+        timers = PoolTimers(
             queueDelay: CoreMetrics.Timer(label: "spindle_offload_queue_delay", dimensions: dimensions),
             runTime: CoreMetrics.Timer(label: "spindle_offload_run_time", dimensions: dimensions),
             taskQueueDelay: CoreMetrics.Timer(label: "spindle_task_queue_delay", dimensions: dimensions),
@@ -136,7 +136,7 @@ final class MetricSet: @unchecked Sendable {
 
 /// A pool's timers, while a ``PoolMetrics`` publishes them: every offload's, and the
 /// sampled submissions'.
-final class OffloadTimers: Sendable {
+final class PoolTimers: Sendable {
     let queueDelay: CoreMetrics.Timer
     let runTime: CoreMetrics.Timer
     let taskQueueDelay: CoreMetrics.Timer
@@ -158,8 +158,8 @@ extension ThreadPool {
     /// The timers to time this submission with, when it is a sampled one of a timed
     /// pool: one relaxed-acquire load, and a per-thread count when the pool is timed.
     @inline(__always)
-    var submissionTimers: OffloadTimers? {
-        guard let timers = offloadTimers.current, spindle_sample_due(UInt32(ThreadPool.submitSamplingPeriod)) else {
+    var submissionTimers: PoolTimers? {
+        guard let timers = timerSlot.current, spindle_sample_due(UInt32(ThreadPool.submitSamplingPeriod)) else {
             return nil
         }
         return timers
@@ -168,7 +168,7 @@ extension ThreadPool {
 
 /// `work`, timed into `timers`' task timers from now: the submission's queueing delay
 /// and the closure's run time.
-func timed(_ work: @escaping @Sendable () -> Void, _ timers: OffloadTimers) -> @Sendable () -> Void {
+func timed(_ work: @escaping @Sendable () -> Void, _ timers: PoolTimers) -> @Sendable () -> Void {
     let madeAt = DispatchTime.now().uptimeNanoseconds
     return {
         let started = DispatchTime.now().uptimeNanoseconds
@@ -179,23 +179,24 @@ func timed(_ work: @escaping @Sendable () -> Void, _ timers: OffloadTimers) -> @
     }
 }
 
-/// Where an offload finds its pool's timers: an atomic word holding a retained
-/// `OffloadTimers` (0: not timed). Read on every offload, so one relaxed-acquire load
-/// and no lock. A replaced box is never released: an offload may still be recording
-/// into it, and a program publishes a pool's metrics a handful of times at most.
-final class OffloadTimerSlot: Sendable {
+/// Where an offload or a submission finds its pool's timers: an atomic word holding a
+/// retained `PoolTimers` (0: not timed). Read on every offload and every `submit`, so
+/// one relaxed-acquire load and no lock. A replaced box is never released: a closure
+/// may still be recording into it, and a program publishes a pool's metrics a handful
+/// of times at most.
+final class PoolTimerSlot: Sendable {
     private let word = Atomic<UInt>(0)
 
-    func publish(_ timers: OffloadTimers?) {
+    func publish(_ timers: PoolTimers?) {
         let bits = timers.map { UInt(bitPattern: Unmanaged.passRetained($0).toOpaque()) } ?? 0
         word.store(bits, ordering: .releasing)
     }
 
     /// The timers, if the pool is being timed. Unretained: they are never released.
     @inline(__always)
-    var current: OffloadTimers? {
+    var current: PoolTimers? {
         let bits = word.load(ordering: .acquiring)
-        return bits == 0 ? nil : Unmanaged<OffloadTimers>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
+        return bits == 0 ? nil : Unmanaged<PoolTimers>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
             .takeUnretainedValue()
     }
 }

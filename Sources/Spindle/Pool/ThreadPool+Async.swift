@@ -64,7 +64,7 @@ extension ThreadPool {
                 ticket = admitted
             }
         }
-        let offload = Offload(body, admission: admission, ticket: ticket, timers: offloadTimers.current)
+        let offload = Offload(body, admission: admission, ticket: ticket, timers: timerSlot.current)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Swift.Error>) in
                 // A cancellation that came first (even while waiting for a slot that was
@@ -210,11 +210,11 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     private var continuation: CheckedContinuation<T, any Swift.Error>?
     /// The pool's timers when it is being timed (``PoolMetrics``), and when the offload
     /// was made.
-    private let timers: OffloadTimers?
+    private let timers: PoolTimers?
     private let madeAt: UInt64
 
     init(_ body: @escaping @Sendable () throws -> T, admission: Admission?, ticket: Admission.Ticket = 0,
-         timers: OffloadTimers? = nil) {
+         timers: PoolTimers? = nil) {
         self.body = body
         self.timers = timers
         self.madeAt = timers == nil ? 0 : DispatchTime.now().uptimeNanoseconds

@@ -47,8 +47,9 @@ public final class ThreadPool: @unchecked Sendable {
     let name: String
     /// Submissions refused (over the queue limit, or after shutdown), for metrics.
     let refusals = Atomic<UInt64>(0)
-    /// The offload timers, while a ``PoolMetrics`` publishes this pool's metrics.
-    let offloadTimers = OffloadTimerSlot()
+    /// The timers of offloads and sampled submissions, while a ``PoolMetrics`` publishes
+    /// this pool's metrics.
+    let timerSlot = PoolTimerSlot()
 
     /// What happens to queued work when the pool shuts down.
     public enum ShutdownMode: Sendable {
