@@ -57,10 +57,7 @@ extension ThreadPool {
                     throw error
                 }
             case .fail:
-                guard let admitted = admission.tryTake() else {
-                    refusals.add(1, ordering: .relaxed)
-                    throw isShuttingDown ? Error.shutDown : Error.overloaded
-                }
+                guard let admitted = admission.tryTake() else { throw admissionRefusal() }
                 ticket = admitted
             }
         }
@@ -74,8 +71,7 @@ extension ThreadPool {
                 if rc != 0 {
                     // Refused: nothing was queued. The node is ours again; the offload
                     // is resumed here, with the reason.
-                    refusals.add(1, ordering: .relaxed)
-                    offload.refused(rc == ECHILD ? Error.createdBeforeFork : Error.shutDown)
+                    offload.refused(engineRefusal(rc))
                 }
             }
         } onCancel: {
@@ -100,10 +96,7 @@ extension ThreadPool {
     /// when the closure starts. A cancelling shutdown that discards it closes the
     /// admission first, so the slot it keeps is never waited for.
     func submitAdmitted(_ work: consuming @escaping @Sendable () -> Void, _ admission: Admission) throws {
-        guard let ticket = admission.tryTake() else {
-            refusals.add(1, ordering: .relaxed)
-            throw isShuttingDown ? Error.shutDown : Error.overloaded
-        }
+        guard let ticket = admission.tryTake() else { throw admissionRefusal() }
         let task = ClosureTask.make { [work] in
             admission.giveBack(ticket)
             work()
@@ -112,9 +105,21 @@ extension ThreadPool {
         if rc != 0 {
             releaseRefusedTask(task)
             admission.giveBack(ticket)
-            refusals.add(1, ordering: .relaxed)
-            throw rc == ECHILD ? Error.createdBeforeFork : Error.shutDown
+            throw engineRefusal(rc)
         }
+    }
+
+    /// Counts a refusal by the admission (AD1), and says why: the pool is shutting down,
+    /// or full.
+    func admissionRefusal() -> Error {
+        refusals.add(1, ordering: .relaxed)
+        return isShuttingDown ? .shutDown : .overloaded
+    }
+
+    /// Counts a refusal by the engine (`spindle_submit_task`'s `rc`), and says why.
+    func engineRefusal(_ rc: Int32) -> Error {
+        refusals.add(1, ordering: .relaxed)
+        return rc == ECHILD ? .createdBeforeFork : .shutDown
     }
 
     /// Stops the pool as `shutdown(_:)` does, suspending the calling task instead of

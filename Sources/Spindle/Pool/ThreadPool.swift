@@ -247,8 +247,7 @@ public final class ThreadPool: @unchecked Sendable {
         let rc = spindle_submit_task(raw, task)
         if rc != 0 {
             releaseRefusedTask(task)
-            refusals.add(1, ordering: .relaxed)
-            throw rc == ECHILD ? Error.createdBeforeFork : Error.shutDown
+            throw engineRefusal(rc)
         }
     }
 
