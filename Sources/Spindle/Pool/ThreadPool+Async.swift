@@ -32,7 +32,9 @@ extension ThreadPool {
     /// - Admission: on a pool with a ``Configuration/queueLimit``, a full pool makes the
     ///   caller wait for room, first come first served (``run(ifFull:_:)`` with `.fail`
     ///   throws ``Error/overloaded`` at once instead).
-    /// - From one of this pool's own workers, `body` runs inline.
+    /// - From one of this pool's own workers — a task that prefers the pool as its
+    ///   executor (`withTaskExecutorPreference(pool)`), say — `body` runs inline, in the
+    ///   calling task, without waiting for room in the queue.
     ///
     /// - Throws: what `body` throws; `CancellationError`; ``Error/overloaded``;
     ///   ``Error/shutDown`` when the pool shuts down before `body` starts (a cancelling
@@ -46,8 +48,10 @@ extension ThreadPool {
     /// ``Error/overloaded`` at once.
     public func run<T: Sendable>(ifFull: FullPolicy,
                                  _ body: @escaping @Sendable () throws -> T) async throws -> T {
-        if isCurrentThreadWorker { return try body() }
         try Task.checkCancellation()
+        // Already on a worker (a task that prefers this pool, or a closure of its own):
+        // nothing to hand over, and nothing queued to count against a limit.
+        if isCurrentThreadWorker { return try body() }
         var ticket: Admission.Ticket = 0
         if let admission {
             switch ifFull {

@@ -43,6 +43,35 @@ final class AsyncOffloadTests: XCTestCase {
         try await pool.shutdown()
     }
 
+
+    /// A task that already runs on the pool (it prefers the pool as its executor) runs
+    /// `run`'s closure inline: inside the calling task, with no hand-off. An offloaded
+    /// closure runs on a worker outside any task, which this tells apart. A task that
+    /// does not prefer the pool still hands the closure over.
+    func testRunFromATaskOnThePoolRunsTheClosureInline() async throws {
+        let pool = try ThreadPool(workers: 1)
+        let insideTask: @Sendable () -> Bool = { withUnsafeCurrentTask { $0 != nil } }
+        let (onWorker, inline) = try await withTaskExecutorPreference(pool) {
+            (pool.isCurrentThreadWorker, try await pool.run(insideTask))
+        }
+        XCTAssertTrue(onWorker, "the preference did not move the task to the pool")
+        XCTAssertTrue(inline, "the closure was handed off although the task was on a worker")
+        let offloaded = try await pool.run(insideTask)
+        XCTAssertFalse(offloaded, "from off the pool, the closure ran inside the calling task")
+
+        // Inline or not, a cancelled task's closure never starts.
+        let started = Counter()
+        let cancelled = Task(executorPreference: pool) {
+            withUnsafeCurrentTask { $0!.cancel() }
+            return try await pool.run { started.increment() }
+        }
+        do {
+            _ = try await cancelled.value
+            XCTFail("a cancelled task's run returned")
+        } catch is CancellationError {}
+        XCTAssertEqual(started.value, 0, "a cancelled task's closure ran inline")
+        try await pool.shutdown()
+    }
     func testRunRethrowsTheClosuresError() async throws {
         let pool = try ThreadPool(workers: 1)
         do {
