@@ -4,6 +4,7 @@ import Hummingbird
 import NIOCore
 import NIOPosix
 import Spindle
+import Synchronization
 
 /// Where the heavy endpoint's CPU work runs.
 enum Strategy: String, ExpressibleByArgument, CaseIterable, Sendable {
@@ -15,6 +16,9 @@ enum Strategy: String, ExpressibleByArgument, CaseIterable, Sendable {
     case nio
     /// Spindle's async offload, `ThreadPool.run`, on a quality-of-service class.
     case spindle
+    /// The handler itself on a Spindle pool of that class (`withTaskExecutorPreference`),
+    /// where `ThreadPool.run` runs the work inline.
+    case spindleExecutor = "spindle-executor"
     /// An operation of a Spindle `OperationQueue` of that class, awaited.
     case spindleQueue = "spindle-queue"
     /// Spindle's offload with admission control: 503 when the pool's queue is full.
@@ -80,6 +84,14 @@ struct ServiceBench: AsyncParsableCommand {
         }
         try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
         heavy.shutdown()
+        // What the heavy requests cost: the CPU time of the work itself, on whichever
+        // thread ran it, and the whole process's. The script reads this line.
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let processMicros = (Int(usage.ru_utime.tv_sec) + Int(usage.ru_stime.tv_sec)) * 1_000_000
+            + Int(usage.ru_utime.tv_usec) + Int(usage.ru_stime.tv_usec)
+        FileHandle.standardOutput.write(Data(
+            "CPU {\"heavy\":\(heavy.served.load(ordering: .relaxed)),\"work_us\":\(heavy.workMicros.load(ordering: .relaxed)),\"process_us\":\(processMicros)}\n".utf8))
     }
 }
 
@@ -89,6 +101,9 @@ final class Heavy: Sendable {
     let nio: NIOThreadPool?
     let pool: ThreadPool?
     let queue: Spindle.OperationQueue?
+    /// Heavy requests whose work ran, and the thread CPU time it took.
+    let served = Atomic<Int>(0)
+    let workMicros = Atomic<Int>(0)
 
     init(strategy: Strategy, qos: QualityOfService, queueLimit: Int) throws {
         self.strategy = strategy
@@ -100,7 +115,7 @@ final class Heavy: Sendable {
             self.nio = nio
             pool = nil
             queue = nil
-        case .spindle:
+        case .spindle, .spindleExecutor:
             nio = nil
             pool = ThreadPool.forQualityOfService(qos)
             queue = nil
@@ -131,21 +146,40 @@ final class Heavy: Sendable {
     /// The response body, or nil for a 503.
     func handle(_ body: [UInt8]) async throws -> [UInt8]? {
         switch strategy {
-        case .inline: return try price(body)
-        case .detached: return try await Task.detached { try price(body) }.value
-        case .nio: return try await nio!.runIfActive { try price(body) }
-        case .spindle: return try await pool!.run { try price(body) }
-        case .spindleQueue: return try await queue!.run { try price(body) }
+        case .inline: return try work(body)
+        case .detached: return try await Task.detached { try self.work(body) }.value
+        case .nio: return try await nio!.runIfActive { try self.work(body) }
+        case .spindle: return try await pool!.run { try self.work(body) }
+        case .spindleExecutor:
+            return try await withTaskExecutorPreference(pool!) { try await self.pool!.run { try self.work(body) } }
+        case .spindleQueue: return try await queue!.run { try self.work(body) }
         case .spindleLimited:
             do {
-                return try await pool!.run(ifFull: .fail) { try price(body) }
+                return try await pool!.run(ifFull: .fail) { try self.work(body) }
             } catch ThreadPool.Error.overloaded {
                 return nil
             }
         }
     }
 
+    /// `price`, with its thread CPU time counted.
+    func work(_ body: [UInt8]) throws -> [UInt8] {
+        let start = threadCPUMicros()
+        defer {
+            workMicros.add(threadCPUMicros() - start, ordering: .relaxed)
+            served.add(1, ordering: .relaxed)
+        }
+        return try price(body)
+    }
+
     func shutdown() {
         try? nio?.syncShutdownGracefully()
     }
+}
+
+/// The calling thread's CPU time, in microseconds.
+func threadCPUMicros() -> Int {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000
 }
