@@ -4,14 +4,20 @@
  * Swift's Synchronization.Mutex takes its futex lock inside libswiftSynchronization,
  * which is not built with TSan, so TSan sees the accesses a Mutex protects but not the
  * lock, and reports races that cannot happen. The Swift layer brackets each critical
- * section with these calls (see Runtime/Locking.swift). The TSan runtime's entry points are
- * declared weak: without TSan they resolve to NULL and each call is one test.
+ * section with these calls (see Runtime/Locking.swift). Likewise an offload's unsafe
+ * continuation: its `resume` is inlined into Spindle, so TSan sees it write the result
+ * into the awaiting task's frame but not the runtime's ordering of that write before
+ * the task resumes (Pool/ThreadPool+Async.swift brackets the resume with the
+ * ignore calls). The TSan runtime's entry points are declared weak: without TSan they
+ * resolve to NULL and each call is one test.
  */
 #include "spindle_sync.h"
 
 /* Weak: resolved to the TSan runtime's functions when it is linked in, NULL otherwise. */
 extern void __tsan_acquire(void *addr) __attribute__((weak));
 extern void __tsan_release(void *addr) __attribute__((weak));
+extern void __tsan_ignore_thread_begin(void) __attribute__((weak));
+extern void __tsan_ignore_thread_end(void) __attribute__((weak));
 
 void spindle_tsan_acquire(void *addr) {
     if (__tsan_acquire) __tsan_acquire(addr);
@@ -19,4 +25,12 @@ void spindle_tsan_acquire(void *addr) {
 
 void spindle_tsan_release(void *addr) {
     if (__tsan_release) __tsan_release(addr);
+}
+
+void spindle_tsan_ignore_accesses_begin(void) {
+    if (__tsan_ignore_thread_begin) __tsan_ignore_thread_begin();
+}
+
+void spindle_tsan_ignore_accesses_end(void) {
+    if (__tsan_ignore_thread_end) __tsan_ignore_thread_end();
 }

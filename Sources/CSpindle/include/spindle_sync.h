@@ -64,6 +64,15 @@ void spindle_latch_wait_blocking(spindle_latch *latch);
 void spindle_tsan_acquire(void *addr);
 void spindle_tsan_release(void *addr);
 
+/** Brackets code whose memory accesses TSan must not record on the calling thread, for
+ *  an access whose synchronisation happens where TSan cannot see it: an unsafe
+ *  continuation's inlined `resume` writes the result into the awaiting task's frame,
+ *  and the concurrency runtime (built without TSan) orders that write before the task
+ *  resumes. Synchronisation inside the bracket is still seen. No-ops unless the
+ *  process runs under TSan. */
+void spindle_tsan_ignore_accesses_begin(void);
+void spindle_tsan_ignore_accesses_end(void);
+
 /** The calling thread's count of sampling points passed (spindle_sample_due). */
 extern _Thread_local uint32_t spindle_tls_sample_count;
 

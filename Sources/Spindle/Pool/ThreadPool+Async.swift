@@ -67,7 +67,7 @@ extension ThreadPool {
         }
         let offload = Offload(body, admission: admission, ticket: ticket, timers: timerSlot.current)
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, any Swift.Error>) in
+            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
                 // A cancellation that came first (even while waiting for a slot that was
                 // then granted) is taken here, and nothing is submitted.
                 guard offload.publish(c) else { return }
@@ -212,11 +212,12 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     // @unchecked: `continuation` is written once, before `phase` publishes it, and read
     // only by the one that moves `phase` out of pending (OF1).
     let body: @Sendable () throws -> T
-    /// Checked, not unsafe: an unsafe continuation's `resume` is inlined into this
-    /// module, where ThreadSanitizer sees its accesses to the awaiting task's frame but
-    /// not the concurrency runtime's synchronisation with the task's resumption, and
-    /// reports a race that is not there.
-    private var continuation: CheckedContinuation<T, any Swift.Error>?
+    /// Unsafe, not checked: a checked continuation is a resilient generic type, so this
+    /// generic class would look up its metadata at run time (a hash-table lookup) each
+    /// time it stores, copies or destroys one — several per offload. OF1 already
+    /// guarantees that exactly one party resumes it. Every resume goes through
+    /// `resume(returning:)` or `resume(throwing:)`, below.
+    private var continuation: UnsafeContinuation<T, any Swift.Error>?
     /// The pool's timers when it is being timed (``PoolMetrics``), and when the offload
     /// was made.
     private let timers: PoolTimers?
@@ -232,14 +233,14 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
 
     /// Stores the continuation and publishes it (OF1); false, having resumed it with
     /// `CancellationError`, when the awaiting task was cancelled first (OF2).
-    func publish(_ c: CheckedContinuation<T, any Swift.Error>) -> Bool {
+    func publish(_ c: UnsafeContinuation<T, any Swift.Error>) -> Bool {
         continuation = c
         // Release: the continuation before the phase that says it is there.
         if phase.compareExchange(expected: OffloadBase.unpublished, desired: OffloadBase.pending,
                                  ordering: .releasing).exchanged {
             return true
         }
-        c.resume(throwing: CancellationError())
+        resume(c, throwing: CancellationError())
         return false
     }
 
@@ -252,26 +253,52 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
             return
         }
         if leavePending(to: OffloadBase.cancelled) {
-            continuation.unsafelyUnwrapped.resume(throwing: CancellationError())
+            resume(continuation.unsafelyUnwrapped, throwing: CancellationError())
         }
     }
 
     override func start() {
         guard leavePending(to: OffloadBase.started) else { return }
-        guard let timers else {
-            continuation.unsafelyUnwrapped.resume(with: Result { try body() })
+        let c = continuation.unsafelyUnwrapped
+        let started = timers == nil ? 0 : DispatchTime.now().uptimeNanoseconds
+        let value: T
+        do {
+            value = try body()
+        } catch {
+            record(started: started)
+            resume(c, throwing: error)
             return
         }
-        let started = DispatchTime.now().uptimeNanoseconds
-        let result = Result { try body() }
+        record(started: started)
+        resume(c, returning: value)
+    }
+
+    /// Records the closure's queueing delay and run time when the pool is timed.
+    private func record(started: UInt64) {
+        guard let timers else { return }
         let ended = DispatchTime.now().uptimeNanoseconds
         timers.queueDelay.recordNanoseconds(Int64(started &- madeAt))
         timers.runTime.recordNanoseconds(Int64(ended &- started))
-        continuation.unsafelyUnwrapped.resume(with: result)
+    }
+
+    /// The resume is inlined here, so under ThreadSanitizer its write of the result into
+    /// the awaiting task's frame is seen, but not the runtime's ordering of that write
+    /// before the task runs again; the bracket keeps TSan from recording the write
+    /// (tsan.c). The closure itself never runs inside it.
+    private func resume(_ c: UnsafeContinuation<T, any Swift.Error>, returning value: T) {
+        spindle_tsan_ignore_accesses_begin()
+        c.resume(returning: value)
+        spindle_tsan_ignore_accesses_end()
+    }
+
+    private func resume(_ c: UnsafeContinuation<T, any Swift.Error>, throwing error: any Swift.Error) {
+        spindle_tsan_ignore_accesses_begin()
+        c.resume(throwing: error)
+        spindle_tsan_ignore_accesses_end()
     }
 
     override func discard(_ error: ThreadPool.Error) {
         guard leavePending(to: OffloadBase.discarded) else { return }
-        continuation.unsafelyUnwrapped.resume(throwing: error)
+        resume(continuation.unsafelyUnwrapped, throwing: error)
     }
 }
