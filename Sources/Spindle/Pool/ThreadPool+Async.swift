@@ -216,7 +216,7 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     /// generic class would look up its metadata at run time (a hash-table lookup) each
     /// time it stores, copies or destroys one — several per offload. OF1 already
     /// guarantees that exactly one party resumes it. Every resume goes through
-    /// `resume(returning:)` or `resume(throwing:)`, below.
+    /// `resume(_:returning:)` or `resume(_:throwing:)`, below.
     private var continuation: UnsafeContinuation<T, any Swift.Error>?
     /// The pool's timers when it is being timed (``PoolMetrics``), and when the offload
     /// was made.
@@ -284,7 +284,9 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     /// The resume is inlined here, so under ThreadSanitizer its write of the result into
     /// the awaiting task's frame is seen, but not the runtime's ordering of that write
     /// before the task runs again; the bracket keeps TSan from recording the write
-    /// (tsan.c). The closure itself never runs inside it.
+    /// (tsan.c). The closure itself never runs inside it; what does is the runtime's
+    /// enqueue of the resumed task, which for a task that prefers this pool is a push
+    /// onto this worker's deque, so under TSan that one push goes unrecorded too.
     private func resume(_ c: UnsafeContinuation<T, any Swift.Error>, returning value: T) {
         spindle_tsan_ignore_accesses_begin()
         c.resume(returning: value)

@@ -43,7 +43,6 @@ final class AsyncOffloadTests: XCTestCase {
         try await pool.shutdown()
     }
 
-
     /// A task that already runs on the pool (it prefers the pool as its executor) runs
     /// `run`'s closure inline: inside the calling task, with no hand-off. An offloaded
     /// closure runs on a worker outside any task, which this tells apart. A task that
@@ -72,6 +71,7 @@ final class AsyncOffloadTests: XCTestCase {
         XCTAssertEqual(started.value, 0, "a cancelled task's closure ran inline")
         try await pool.shutdown()
     }
+
     func testRunRethrowsTheClosuresError() async throws {
         let pool = try ThreadPool(workers: 1)
         do {
