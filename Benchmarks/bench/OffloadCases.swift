@@ -80,13 +80,15 @@ func asyncOffloadCase(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) thr
             return ns
         }
     }
+    let queue = Spindle.OperationQueue()
     var result = try measure("async-offload", tasks: total, reps: reps, reference: "nio",
                              alsoVs: [("spindle", "inline")], [
         system("spindle") { i in try await pool.run { offloadWork(i) } },
+        system("spindle-queue") { i in try await queue.run { offloadWork(i) } },
         system("nio") { i in try await nio.pool.runIfActive { offloadWork(i) } },
         system("detached") { i in await Task.detached { offloadWork(i) }.value },
         system("inline") { i in offloadWork(i) },
     ])
-    result.note = "\(concurrency) tasks, each awaiting \(perTask) offloads in turn; inline: the work called in the task, no offload"
+    result.note = "\(concurrency) tasks, each awaiting \(perTask) offloads in turn; spindle-queue: an OperationQueue's run; inline: the work called in the task, no offload"
     return result
 }

@@ -22,10 +22,13 @@ extension OperationQueue {
 
     /// `run`, once the caller holds a place in the queue (QueueAdmission.swift, QA1).
     func runAdmitted<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        let outcome = Mutex<Result<T, any Error>?>(nil)
+        let outcome = RunOutcome(holding: T.self)
         let op = BlockOperation {
-            let result = Result { try body() }
-            outcome.locked { $0 = result }
+            do {
+                outcome.returned(try body())
+            } catch {
+                outcome.threw(error)
+            }
         }
         addOperation(op)
         admission.added { [unowned self] in operationCount }
@@ -34,8 +37,7 @@ extension OperationQueue {
         } onCancel: {
             op.cancel()
         }
-        guard let result = outcome.locked({ $0 }) else { throw CancellationError() }
-        return try result.get()
+        return try outcome.take(T.self)
     }
 
     /// Adds `ops` and suspends the calling task until they have all finished: the async
@@ -75,5 +77,54 @@ extension OperationQueue {
         let observers = state.locked { s in s.countObservers.map(\.handler) }
         let count = operationCount
         for o in observers { o(count) }
+    }
+}
+
+/// What `run`'s operation produced: its value, its error, or nothing when it never ran.
+///
+/// Not generic, and holding the value in raw storage: in `run`, which is generic and not
+/// specialised for its caller, a `Result<T, Error>`, an `Optional` of it or a
+/// `Mutex` of that is stored, copied and destroyed through type metadata looked up at
+/// run time, a hash-table lookup each time (several per call). `T`'s own metadata
+/// comes with the call.
+///
+/// RO1. The operation's block writes the value or the error, then publishes which with
+///      a release store of `state`; `take` reads `state` with an acquire load, after
+///      the operation has finished, so it sees what the block wrote.
+/// RO2. `run` always calls `take` once the operation has finished, and `take` moves
+///      the value out, so the storage holds no value when it is deallocated.
+final class RunOutcome: @unchecked Sendable {
+    // @unchecked: `storage` and `error` are written once, by the operation's block, before
+    // `state` publishes them, and read once, after (RO1).
+    private static let none: UInt8 = 0, value: UInt8 = 1, thrown: UInt8 = 2
+    private let state = Atomic<UInt8>(RunOutcome.none)
+    private let storage: UnsafeMutableRawPointer
+    private var error: (any Error)?
+
+    init<T>(holding _: T.Type) {
+        storage = .allocate(byteCount: Swift.max(1, MemoryLayout<T>.size),
+                            alignment: MemoryLayout<T>.alignment)
+    }
+
+    deinit { storage.deallocate() }
+
+    func returned<T>(_ value: T) {
+        storage.initializeMemory(as: T.self, to: value)
+        state.store(RunOutcome.value, ordering: .releasing)
+    }
+
+    func threw(_ error: any Error) {
+        self.error = error
+        state.store(RunOutcome.thrown, ordering: .releasing)
+    }
+
+    /// The value, the error rethrown, or `CancellationError` when the operation never
+    /// ran (it was cancelled first). Called once, after the operation finished.
+    func take<T>(_: T.Type) throws -> T {
+        switch state.load(ordering: .acquiring) {
+        case RunOutcome.value: return storage.assumingMemoryBound(to: T.self).move()
+        case RunOutcome.thrown: throw error.unsafelyUnwrapped
+        default: throw CancellationError()
+        }
     }
 }

@@ -163,6 +163,30 @@ final class AsyncOffloadTests: XCTestCase {
         try await pool.shutdown()
     }
 
+    /// The queue's `run` hands its value over exactly once, whatever its size: a class
+    /// instance is neither leaked nor released twice, a value larger than a few words
+    /// and an empty one come back whole.
+    func testTheQueuesRunHandsOverItsValueOnce() async throws {
+        final class Tracked: Sendable {
+            let released: Counter
+            let payload: [Int]
+            init(_ released: Counter, _ payload: [Int]) { self.released = released; self.payload = payload }
+            deinit { released.increment() }
+        }
+        let queue = OperationQueue()
+        let released = Counter()
+        for i in 0..<200 {
+            let tracked = try await queue.run { Tracked(released, Array(0...i)) }
+            XCTAssertEqual(tracked.payload.count, i + 1)
+        }
+        XCTAssertEqual(released.value, 200, "a value was leaked or released twice")
+        let wide = try await queue.run { (1, "two", 3.0, [4], Int64(5), UInt8(6)) }
+        XCTAssertTrue(wide == (1, "two", 3.0, [4], 5, 6) as (Int, String, Double, [Int], Int64, UInt8))
+        let empty: Void = try await queue.run { () }
+        XCTAssertNotNil(empty as Void?)
+        await queue.allOperationsFinished()
+    }
+
     func testTheQueuesRunReturnsAValueAndHonoursCancellation() async throws {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
