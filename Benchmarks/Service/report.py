@@ -2,13 +2,14 @@
 """Turns scripts/service-bench.sh's measurements into its report.
 
 Each input line is one run: a strategy (or `unloaded`: the light endpoint alone, or
-`*-overload`: admission control at twice the connections), the heavy
-endpoint's wrk summary and the light endpoint's. Per strategy, over the rounds: the
-median heavy throughput (successful requests per second), the median of the light
-endpoint's requests per second, p50, p99 and p99.9, the totals of 503s and failures,
-and the CPU time per heavy request, of its work and of the whole server. Ratios are against
-the best strategy that is not Spindle's in the same run: the median of the ratios of
-the two strategies' runs in each round, with the lowest and highest.
+`*-overload`: admission control at twice the connections), its round, the heavy
+endpoint's wrk summary, the light endpoint's, and the server's CPU time. Per strategy,
+over the rounds: the median heavy throughput (successful requests per second); the
+median of the light endpoint's requests per second, p50, p99 and p99.9; the totals of
+503s and failures; and the median CPU time per heavy request, of the work alone and of
+the whole server. Ratios are against the best strategy that is not Spindle's in the
+same run: the median of the ratios of the two strategies' runs in each round, with the
+lowest and highest.
 """
 import argparse
 import json
