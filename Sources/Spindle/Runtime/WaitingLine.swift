@@ -47,12 +47,12 @@ struct WaitingLine<Granted: Sendable> {
 /// Suspends the calling task until it is granted a `Granted`, waiting in a
 /// ``WaitingLine`` if it must.
 ///
-/// - `decide` runs once, under the owner's lock, with the continuation: it returns the
-///   outcome at once (granted, cancelled, closed), or nil having put the continuation in
-///   line under `id`.
-/// - `leave` runs, under the owner's lock, if the task is cancelled: it takes the waiter
-///   named `id` off the line, if it is still there, to be resumed with
-///   `CancellationError`. `decide` checks `Task.isCancelled` under the same lock, so a
+/// - `decide` runs once, with the continuation, and takes the owner's lock: it returns
+///   the outcome at once (granted, cancelled, closed), or nil having put the
+///   continuation in line under the name the caller took from `newID()`.
+/// - `leave` runs if the task is cancelled, and takes the same lock: it takes the waiter
+///   of that name off the line, if it is still there, to be resumed with
+///   `CancellationError`. `decide` checks `Task.isCancelled` under that lock, so a
 ///   cancellation that comes between is seen by one or the other.
 func waitInLine<Granted: Sendable>(
     decide: (WaitingLine<Granted>.Continuation) -> Result<Granted, any Error>?,
