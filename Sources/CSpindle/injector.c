@@ -4,8 +4,9 @@
  *
  * Algorithm: Dmitry Vyukov's intrusive non-blocking MPSC node-based queue
  * (1024cores.net, "Intrusive MPSC node-based queue"), with a stub node.
- *   - Producers: one atomic exchange on `tail`, then one store linking the previous
- *     node to the new one. Wait-free, no lock, no allocation (the node is the task).
+ *   - Producers: one atomic add on `len` (the reservation, J3), one atomic exchange on
+ *     `tail`, then one store linking the previous node to the new one. Wait-free, no
+ *     lock, no allocation (the node is the task).
  *   - Consumers: the algorithm admits one consumer at a time. Workers take turns with a
  *     try-lock (`consumer`): a worker that finds the flag taken does not wait, it goes
  *     on to steal instead — somebody is already draining the injector. The holder
@@ -18,8 +19,13 @@
  *       there and reports nothing more for now. The producer notifies the pool *after*
  *       its link store (pool.c), so a worker that gave up at the cut is woken again.
  *   J2  `head` and the stub's re-insertion are touched only by the try-lock's holder.
- *   J3  `len` counts pushed minus popped nodes; it may be briefly off while pushes and
- *       pops are in flight, so it sizes batches and answers "maybe non-empty" only.
+ *   J3  `len` counts reserved minus popped nodes. A producer reserves (counts its nodes
+ *       in) before it links them, and a consumer subtracts only after popping, so every
+ *       node queued or on its way in is counted: `len` is an upper bound, and 0 means
+ *       nothing is queued and no push is in flight. It may read high (a reservation
+ *       not yet linked, a pop not yet subtracted, a refused submission taking its
+ *       reservation back), so it sizes batches and answers "maybe non-empty", and a
+ *       shutdown reads 0 as "no outside submitter in flight" (pool.c, step 3).
  *
  * Why not a mutex-protected ring (tokio's Inject) or crossbeam's segmented Injector?
  * A mutex on the submit path is what the engine issue rules out; crossbeam's Injector
@@ -38,15 +44,9 @@ void spindle_injector_init(spindle_injector *q) {
     q->head = &q->stub;
 }
 
-int64_t spindle_injector_push_chain(spindle_injector *q, spindle_task *first, spindle_task *last,
-                                    int64_t n) {
+void spindle_injector_link(spindle_injector *q, spindle_task *first, spindle_task *last) {
     /* Relaxed: `last` is not yet reachable by anyone; the release below publishes it. */
     atomic_store_explicit(spindle_task_link(last), NULL, memory_order_relaxed);
-    /* Count first so that `len` never reads negative for long (J3). seq_cst: this is
-     * step a of park.c's Dekker pairing for outside submissions, whose notify then
-     * needs no separate fence (spindle_notify_one_after_push). As a hint to consumers
-     * it would only need relaxed; on x86 both are the same instruction. */
-    int64_t before = atomic_fetch_add_explicit(&q->len, n, memory_order_seq_cst);
     /* acq_rel exchange: producers serialise on `tail`. Acquire so that our store into
      * prev's link is ordered after prev's producer initialised prev; release so the
      * consumer's acquire load of `tail` (in the mid-push check) sees a complete chain
@@ -55,7 +55,6 @@ int64_t spindle_injector_push_chain(spindle_injector *q, spindle_task *first, sp
     /* Release: publishes the chain (and the tasks' contents, written before the call)
      * to the consumer, whose acquire load of prev's link pairs with it. */
     atomic_store_explicit(spindle_task_link(prev), first, memory_order_release);
-    return before;
 }
 
 /* One node off the front; NULL when empty or cut (J1). Caller holds the try-lock. */
@@ -78,7 +77,7 @@ static spindle_task *injector_pop_one(spindle_injector *q) {
      * is mid-push behind it (J1). Acquire pairs with the producers' exchange. */
     spindle_task *tail = atomic_load_explicit(&q->tail, memory_order_acquire);
     if (tail != head) return NULL;
-    spindle_injector_push_chain(q, &q->stub, &q->stub, 0);
+    spindle_injector_link(q, &q->stub, &q->stub);
     next = atomic_load_explicit(spindle_task_link(head), memory_order_acquire);
     if (next) {
         q->head = next;

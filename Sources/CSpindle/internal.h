@@ -85,7 +85,9 @@ static inline _Atomic(spindle_task *) *spindle_task_link(spindle_task *t) {
 typedef struct spindle_injector {
     /* Producer side. */
     SPINDLE_ALIGNED _Atomic(spindle_task *) tail;
-    _Atomic int64_t len; /* approximate; for batch sizing and emptiness hints */
+    /* Reserved minus popped (J3): an upper bound on the queued tasks, for batch sizing,
+     * emptiness hints, and a shutdown's count of outside submitters in flight. */
+    _Atomic int64_t len;
     /* Consumer side, guarded by `consumer`. */
     SPINDLE_ALIGNED atomic_flag consumer;
     spindle_task *head;
@@ -93,11 +95,28 @@ typedef struct spindle_injector {
 } spindle_injector;
 
 void spindle_injector_init(spindle_injector *q);
-/* Pushes the chain first..last (already linked through their links; last's link is
- * overwritten). `n` is the chain's length. Returns the queue's length before the push
- * (a hint, J3): the backlog a submitter sees (park.c, "Backlog"). */
-int64_t spindle_injector_push_chain(spindle_injector *q, spindle_task *first, spindle_task *last,
-                                    int64_t n);
+/* Counts `n` tasks in before they are linked (J3): a seq_cst RMW, step a of park.c's
+ * Dekker pairing and of the shutdown's (pool.c, step 3). Returns the length before (a
+ * hint: the backlog a submitter sees; park.c, "Backlog"). Every reservation is followed
+ * by spindle_injector_link of that many tasks, or by spindle_injector_unreserve. */
+static inline int64_t spindle_injector_reserve(spindle_injector *q, int64_t n) {
+    return atomic_fetch_add_explicit(&q->len, n, memory_order_seq_cst);
+}
+/* Takes back a reservation that will not be linked; returns the length after. seq_cst:
+ * ordered before the seq_cst reads of `len` by workers checking for quiescence. */
+static inline int64_t spindle_injector_unreserve(spindle_injector *q, int64_t n) {
+    return atomic_fetch_sub_explicit(&q->len, n, memory_order_seq_cst) - n;
+}
+/* Links the reserved chain first..last (already linked through their links; last's
+ * link is overwritten). */
+void spindle_injector_link(spindle_injector *q, spindle_task *first, spindle_task *last);
+/* Reserve and link in one. Returns the length before the push (as reserve). */
+static inline int64_t spindle_injector_push_chain(spindle_injector *q, spindle_task *first,
+                                                  spindle_task *last, int64_t n) {
+    int64_t before = spindle_injector_reserve(q, n);
+    spindle_injector_link(q, first, last);
+    return before;
+}
 static inline int64_t spindle_injector_push(spindle_injector *q, spindle_task *t) {
     return spindle_injector_push_chain(q, t, t, 1);
 }
@@ -288,11 +307,9 @@ struct spindle_pool {
     spindle_idle idle;
 
     /* 0 running, 1 draining, 2 cancelling. Set once by destroy (seq_cst: pairs with the
-     * seq_cst increment of `submitters` in spindle_submit_task, Dekker-style). */
+     * seq_cst reservation in the injector's `len` in spindle_submit_task, Dekker-style;
+     * pool.c, shutdown step 3). */
     SPINDLE_ALIGNED _Atomic int shutdown;
-    /* External submitters between their check of `shutdown` and the end of their push.
-     * Unused by a permanent pool, which never shuts down. */
-    _Atomic int64_t submitters;
     bool permanent;
     /* Set in a forked child for every pool that existed at fork(): its threads do not
      * exist there, so it refuses work (ECHILD) rather than queue what nobody will run.

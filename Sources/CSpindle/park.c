@@ -376,17 +376,18 @@ bool spindle_pool_has_pending_work(spindle_pool *pool) {
 /* Termination of a shutting-down pool (see pool.c, shutdown step 4). Called under the
  * lock by a worker that has just registered as parked from the main loop. */
 static bool quiescent_locked(spindle_pool *pool) {
-    /* seq_cst, both: a submitter increments `submitters` (seq_cst) before it reads
-     * `shutdown` (seq_cst). If it read 0 there, its increment precedes the shutdown CAS
-     * in the total order, which precedes our load of `shutdown`, which precedes our load
-     * of `submitters`: we see it in flight and do not terminate; shutdown step 4 wakes
-     * us again once it has pushed. When we read 0 here, every accepted submission has
-     * finished its push (release decrement), so the queues below show it.
+    /* seq_cst, both: a submitter reserves its place in the injector's `len` (seq_cst)
+     * before it reads `shutdown` (seq_cst). If it read 0 there, its reservation
+     * precedes the shutdown CAS in the total order, which precedes our load of
+     * `shutdown`, which precedes our load of `len`: we read the reservation or a later
+     * value, and `len` comes back to 0 only once its task has been popped (J3), so we
+     * do not terminate before that task has run or been cancelled; its submitter's
+     * notify after the push, or the worker that pops it, keeps the pool going.
      * Without this check a worker could declare quiescence while a submitter that had
      * passed its shutdown check was still pushing, and its task was lost
      * (testSubmitsRacingShutdownAreRunOrRefusedNeverLost). */
     if (atomic_load_explicit(&pool->shutdown, memory_order_seq_cst) == 0) return false;
-    if (atomic_load_explicit(&pool->submitters, memory_order_seq_cst) != 0) return false;
+    if (atomic_load_explicit(&pool->injector.len, memory_order_seq_cst) != 0) return false;
     uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_relaxed);
     /* A worker counted out as blocked (spare.c, C3) is inside a task. */
     if (UNPARKED(s) != 0 || pool->idle.task_sleepers != 0 || pool->blocked != 0) return false;

@@ -44,9 +44,6 @@
  * that has given priority up cannot take it back, so a pool created from inside a
  * background worker would otherwise run at background priority.
  *
- * Permanent pools (process-wide, never shut down) skip the submitters count that lets
- * a shutdown wait for racing submitters: two atomic RMWs fewer per outside submit.
- *
  * The Swift layer's queues lock with mutex.c (spin briefly, then futex), not with
  * Synchronization.Mutex, whose priority-inheritance futex put contended waiters to
  * sleep in the kernel at once.
@@ -71,21 +68,25 @@
  *      step 5 would wait for the calling thread itself.
  *   2. It sets `shutdown` (1 drain, 2 cancel) with a seq_cst CAS. A second caller loses
  *      the CAS and goes to step 6 instead.
- *   3. It waits until `submitters` is 0. An outside submitter increments `submitters`
- *      (seq_cst) *before* it reads `shutdown` (seq_cst), and decrements it after its
- *      push: by the seq_cst total order, either the submitter sees the flag and backs
- *      out with ESHUTDOWN (its task is still its own), or destroy sees the submitter and
- *      waits for its push to land. After step 3 nothing enters from outside. Workers
- *      may still spawn: work in flight must be able to finish (and a join must be able
- *      to fork) — in CANCEL mode what they spawn is cancelled when dequeued.
+ *   3. Outside submitters in flight are counted by the injector's `len` (injector.c,
+ *      J3): a submitter reserves its place there (a seq_cst RMW) *before* it reads
+ *      `shutdown` (seq_cst), and links its task after. By the seq_cst total order,
+ *      either the submitter sees the flag and backs out with ESHUTDOWN (taking its
+ *      reservation back; its task is still its own), or every worker that reads the
+ *      flag set reads `len` at or after the reservation, and cannot take the pool for
+ *      quiescent until that task has been popped. Shutdown itself does not wait for
+ *      them: the quiescence check in step 4 does. Workers may still spawn: work in
+ *      flight must be able to finish (and a join must be able to fork) — in CANCEL
+ *      mode what they spawn, and what a submitter that passed its check links late,
+ *      is cancelled when dequeued.
  *   4. It wakes every worker. Workers keep running (DRAIN) or cancelling (CANCEL) what
  *      they find. A worker that finds nothing parks; under the idle lock, the parking
- *      worker checks for quiescence: shutting down, no outside submitter in flight
- *      (step 3's count: a worker can get here before step 3 has finished; a refused
- *      submitter that was counted for a moment wakes the workers to check again),
- *      every worker parked outside any task (so none can spawn), and every queue
- *      empty. The first to see it sets `terminated` and wakes everyone; workers exit
- *      when they see `terminated`.
+ *      worker checks for quiescence: shutting down, the injector's `len` at 0 (no
+ *      outside submitter in flight, step 3; a refused submitter that was counted for a
+ *      moment and takes `len` back to 0 wakes the workers to check again), every
+ *      worker parked outside any task (so none can spawn), and every queue empty. The
+ *      first to see it sets `terminated` and wakes everyone; workers exit when they
+ *      see `terminated`.
  *      Quiescence is stable: only running tasks or outside submitters create work, and
  *      there are none. Nothing is lost: each queued task was run or cancelled before
  *      the queues could read empty.
@@ -371,7 +372,6 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     memcpy(pool->name, name, name_len);
     spindle_injector_init(&pool->injector);
     atomic_init(&pool->shutdown, 0);
-    atomic_init(&pool->submitters, 0);
     atomic_init(&pool->terminated, false);
     atomic_init(&pool->ready, 0);
     atomic_init(&pool->joined, false);
@@ -482,10 +482,7 @@ int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode) {
             spindle_futex_wait(&pool->stopped, 0);
         return EALREADY;
     }
-    /* Step 3. Acquire pairs with the submitters' release decrement: their pushes are
-     * complete and visible once we read 0. */
-    while (atomic_load_explicit(&pool->submitters, memory_order_acquire) != 0) sched_yield();
-    /* Step 4. */
+    /* Step 4 (step 3 needs nothing of this thread). */
     spindle_notify_all(pool);
     /* Step 5. */
     for (uint32_t i = 0; i < pool->nworkers; i++) pthread_join(pool->workers[i]->thread, NULL);
@@ -577,27 +574,20 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task) {
     }
     /* A pool inherited through fork(): nobody would run the task (above). */
     if (__builtin_expect(pool->forked, 0)) return ECHILD;
-    if (pool->permanent) {
-        /* Never shuts down: nothing to announce to a shutdown (step 3). */
-        spindle_notify_one_after_push(pool, spindle_injector_push(&pool->injector, task));
-        return 0;
-    }
-    /* Shutdown step 3, submitter's side: seq_cst increment, then seq_cst read. */
-    atomic_fetch_add_explicit(&pool->submitters, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&pool->shutdown, memory_order_seq_cst) != 0) {
-        /* Refused. Our count was in `submitters` for a moment, and a worker checking
-         * for quiescence (park.c) in that moment did not terminate; if we are the last
-         * to leave, wake the workers so that one checks again. seq_cst: the decrement
-         * is ordered before the workers' seq_cst reads of `submitters`. Only refused
-         * submissions pay this; the memory is still valid (freed only by
-         * spindle_pool_free, when nobody can call in). */
-        if (atomic_fetch_sub_explicit(&pool->submitters, 1, memory_order_seq_cst) == 1)
-            spindle_notify_all(pool);
+    /* Shutdown step 3, submitter's side: the reservation (a seq_cst RMW of the
+     * injector's `len`) comes before the seq_cst read of `shutdown`. */
+    int64_t backlog = spindle_injector_reserve(&pool->injector, 1);
+    if (__builtin_expect(atomic_load_explicit(&pool->shutdown, memory_order_seq_cst) != 0, 0)) {
+        /* Refused. Our reservation was in `len` for a moment, and a worker checking for
+         * quiescence (park.c) in that moment did not terminate; if we take `len` back
+         * to 0, wake the workers so that one checks again. Only refused submissions pay
+         * this; the memory is still valid (freed only by spindle_pool_free, when nobody
+         * can call in). */
+        if (spindle_injector_unreserve(&pool->injector, 1) == 0) spindle_notify_all(pool);
         return ESHUTDOWN;
     }
-    spindle_notify_one_after_push(pool, spindle_injector_push(&pool->injector, task));
-    /* Release pairs with destroy's acquire load (step 3). */
-    atomic_fetch_sub_explicit(&pool->submitters, 1, memory_order_release);
+    spindle_injector_link(&pool->injector, task, task);
+    spindle_notify_one_after_push(pool, backlog);
     return 0;
 }
 

@@ -77,6 +77,50 @@ final class PoolLifecycleTests: XCTestCase {
         }
     }
 
+    /// Several outside submitters racing either kind of shutdown: every closure is
+    /// released exactly once (run, cancelled or refused), a drain runs every accepted
+    /// one, and no closure runs after `shutdown` has returned.
+    func testManySubmittersRacingEitherShutdownLoseNothing() throws {
+        for round in 0..<Stress.count(40) {
+            let mode: ThreadPool.ShutdownMode = round % 2 == 0 ? .drain : .cancel
+            let pool = try ThreadPool(workers: 2)
+            let counter = ReleaseCounter()
+            let accepted = Atomic<Int>(0), ran = Atomic<Int>(0), ranAfterShutdown = Atomic<Int>(0)
+            let shutDown = Atomic<Bool>(false), go = Atomic<Bool>(false)
+            let submitters = 3, perSubmitter = 2_000
+            let threads = (0..<submitters).map { _ in
+                Thread {
+                    while !go.load(ordering: .acquiring) {}
+                    for _ in 0..<perSubmitter {
+                        let token = Token(counter)
+                        do {
+                            try pool.submit {
+                                _ = token
+                                ran.add(1, ordering: .relaxed)
+                                if shutDown.load(ordering: .acquiring) { ranAfterShutdown.add(1, ordering: .relaxed) }
+                            }
+                            accepted.add(1, ordering: .relaxed)
+                        } catch {}
+                    }
+                }
+            }
+            threads.forEach { $0.start() }
+            go.store(true, ordering: .releasing)
+            usleep(UInt32.random(in: 0...400))
+            try pool.shutdown(mode)
+            shutDown.store(true, ordering: .releasing)
+            while !threads.allSatisfy(\.isFinished) { usleep(100) }
+            XCTAssertEqual(counter.released.load(ordering: .acquiring), submitters * perSubmitter,
+                           "every closure is released once, run, cancelled or refused (\(mode))")
+            XCTAssertEqual(ranAfterShutdown.load(ordering: .acquiring), 0, "a closure ran after shutdown returned (\(mode))")
+            if mode == .drain {
+                XCTAssertEqual(accepted.load(ordering: .acquiring), ran.load(ordering: .acquiring))
+            } else {
+                XCTAssertLessThanOrEqual(ran.load(ordering: .acquiring), accepted.load(ordering: .acquiring))
+            }
+        }
+    }
+
     func testCreateDestroyThousandTimesLeaksNoThreads() throws {
         // Count only this test's workers (named "leakchk<N>"): other threads of the
         // process, Dispatch's among them, come and go on their own.
