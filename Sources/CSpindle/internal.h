@@ -19,6 +19,7 @@
  *   topology_internal.h   the structures those two share
  *   numa.c         libnuma, looked up at run time (dlopen), for node-local memory
  *   log.c          where the engine's few diagnostics go (stderr, or a handler)
+ *   nodes.c        memory for task nodes: per-thread caches that remote frees return to
  *   mutex.c        the futex mutex and the latch (spindle_sync.h)
  *   stats.c        counter snapshots and reports
  *   tsan.c         ThreadSanitizer annotations for locks TSan cannot see
@@ -423,6 +424,10 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_idle_wake_latch_waiter(spindle_worker *w);
 bool spindle_pool_has_pending_work(spindle_pool *pool);
 
+
+/* ---- nodes.c ----------------------------------------------------------------------- */
+/* Pushes the calling thread's batch of other heaps' nodes to their owners (N4). */
+void spindle_task_cache_flush(void);
 
 /* ---- pool.c ------------------------------------------------------------------------ */
 /* The most workers (and spare workers) a pool has. */

@@ -412,6 +412,9 @@ static void unlist_task_sleeper_locked(spindle_idle *idle, spindle_worker *w) {
 bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
     spindle_pool *pool = w->pool;
     spindle_idle *idle = &pool->idle;
+    /* Nodes this worker freed go back to their submitters before it sleeps (nodes.c,
+     * N4), not when it next runs. */
+    spindle_task_cache_flush();
     bool was_searching = w->searching;
     w->searching = false;
     w->guest = false;

@@ -601,19 +601,19 @@ static void fn_task_run(spindle_task *t, spindle_run_reason reason) {
     fn_task *ft = (fn_task *)t;
     void (*fn)(void *, spindle_run_reason) = ft->fn;
     void *ctx = ft->ctx;
-    free(ft);
+    spindle_task_free(ft);
     fn(ctx, reason);
 }
 
 int spindle_submit(spindle_pool *pool, void (*fn)(void *ctx, spindle_run_reason reason), void *ctx) {
     if (!fn) return EINVAL;
-    fn_task *ft = malloc(sizeof *ft);
+    fn_task *ft = spindle_task_alloc(sizeof *ft);
     if (!ft) return ENOMEM;
     ft->task.run = fn_task_run;
     ft->fn = fn;
     ft->ctx = ctx;
     int rc = spindle_submit_task(pool, &ft->task);
-    if (rc) free(ft);
+    if (rc) spindle_task_free(ft);
     return rc;
 }
 

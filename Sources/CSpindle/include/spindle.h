@@ -13,7 +13,9 @@
  * engine owns the node: it must stay valid and must not be touched. The engine calls
  * `run` exactly once; after that the node belongs to the caller again (typically `run`
  * frees it). Because the node is intrusive, submitting costs no allocation inside the
- * engine; a language binding can put the node and the closure in one allocation.
+ * engine; a language binding can put the node and the closure in one allocation, and
+ * take it from spindle_task_alloc, whose per-thread cache spares it malloc's
+ * cross-thread free path.
  *
  * `run` receives a reason: SPINDLE_RUN, or SPINDLE_CANCELLED when the pool was destroyed
  * with SPINDLE_SHUTDOWN_CANCEL before the task started. A cancelled task must still
@@ -193,6 +195,26 @@ int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode);
  * no threads there (the task is then still the caller's: nothing was queued).
  */
 int spindle_submit_task(spindle_pool *pool, spindle_task *task);
+
+/** Nodes of up to this many bytes come from spindle_task_alloc's per-thread cache. */
+#define SPINDLE_TASK_CACHED_BYTES 48
+
+/**
+ * Memory for a task node of `bytes` bytes (the `spindle_task` first, the caller's
+ * payload after it), aligned as malloc aligns, or NULL when out of memory.
+ *
+ * A node is usually allocated by one thread and freed by the worker that runs it. Nodes
+ * of up to SPINDLE_TASK_CACHED_BYTES come from a cache of the allocating thread's, and
+ * go back to it from whichever thread frees them, so a steady stream of submissions
+ * costs no malloc and no free (nodes.c). Larger nodes are plain malloc blocks.
+ *
+ * Free it with spindle_task_free, once, from any thread; never with free(). Freeing a
+ * cached node twice aborts with a message naming the double free.
+ */
+void *spindle_task_alloc(size_t bytes);
+
+/** Frees a node from spindle_task_alloc. NULL is ignored. */
+void spindle_task_free(void *node);
 
 /** Convenience: allocates the node. Returns 0, ENOMEM or ESHUTDOWN (then `fn` is never
  *  called and `ctx` is still the caller's). */

@@ -1,12 +1,12 @@
 import CSpindle
-import Glibc
 
 /// The engine's intrusive task node and a Swift closure in one allocation.
 ///
 /// Layout: `[spindle_task | () -> Void]`. The engine links the node while it is queued
 /// and calls `run` exactly once; `run` moves the closure out, frees the block and
-/// calls the closure (or just releases it when the pool cancelled the task). One
-/// `malloc` per submitted closure and no reference counting of a wrapper object.
+/// calls the closure (or just releases it when the pool cancelled the task). One node
+/// from the engine's cache (``spindleMalloc(_:)``) per submitted closure and no
+/// reference counting of a wrapper object.
 enum ClosureTask {
     typealias Work = @Sendable () -> Void
 
@@ -55,20 +55,22 @@ func taskPayloadOffset<P>(_: P.Type) -> Int {
 func takeTaskPayload<P>(_ task: UnsafeMutablePointer<spindle_task>, _: P.Type, at offset: Int) -> P {
     let raw = UnsafeMutableRawPointer(task)
     let payload = (raw + offset).assumingMemoryBound(to: P.self).move()
-    free(raw)
+    spindle_task_free(raw)
     return payload
 }
 
-/// `malloc`, trapping when it fails.
+/// Memory for a task node, from the engine's node cache (`spindle_task_alloc`), trapping
+/// when it fails.
 ///
-/// The per-task nodes are allocated with this, not `UnsafeMutableRawPointer.allocate`:
-/// on Linux the standard library turns an allocation at the default alignment into
-/// `swift_slowAlloc(size, ~0)`, which the runtime serves with `posix_memalign`. glibc's
-/// aligned path bypasses its per-thread cache (tcache) on allocation but not on free, so
-/// every such node would go through `_int_malloc`, and the frees would overflow the
-/// cache into `_int_free`. malloc's 16-byte alignment is enough for every node type here.
+/// A node is allocated by the submitting thread and freed by the worker that runs it,
+/// the pattern malloc serves worst: the submitter's per-thread cache never gets a block
+/// back. The engine's cache returns each node to the heap of the thread that allocated
+/// it, in batches, so a steady stream of submissions costs no malloc at all. Every node
+/// type here fits the cached size (`UnsafeABITests` checks it).
 @inline(__always)
 func spindleMalloc(_ byteCount: Int) -> UnsafeMutableRawPointer {
-    guard let p = malloc(byteCount) else { fatalError("Spindle: out of memory allocating a task node (\(byteCount) bytes)") }
+    guard let p = spindle_task_alloc(byteCount) else {
+        fatalError("Spindle: out of memory allocating a task node (\(byteCount) bytes)")
+    }
     return p
 }

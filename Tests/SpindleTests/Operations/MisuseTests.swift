@@ -1,3 +1,4 @@
+import CSpindle
 import Foundation
 import Synchronization
 import XCTest
@@ -29,6 +30,7 @@ final class MisuseTests: XCTestCase {
     func testWaitingOnItself() throws { try expectTrap("wait-self", message: "from inside") }
     func testStartingAnAsyncOperationTwice() throws { try expectTrap("async-start-twice", message: "is already executing") }
     func testAnAdmissionLimitBelowOne() throws { try expectTrap("admission-limit-zero", message: "admissionLimit must be at least 1") }
+    func testATaskNodeFreedTwice() throws { try expectTrap("task-node-double-free", message: "freed twice") }
 }
 
 /// The child side of ``MisuseTests``: does nothing unless SPINDLE_MISUSE is set.
@@ -43,6 +45,10 @@ final class MisuseProbe: XCTestCase {
             let op = BlockOperation {}
             op.addDependency(BlockOperation {})
             op.start()
+        case "task-node-double-free":
+            let node = spindle_task_alloc(40)
+            spindle_task_free(node)
+            spindle_task_free(node)
         case "admission-limit-zero":
             q.admissionLimit = 0
         case "async-start-twice":

@@ -1,0 +1,340 @@
+/*
+ * nodes.c — memory for task nodes: a per-thread cache that nodes freed on other threads
+ * come back to.
+ *
+ * A task node is allocated by the thread that submits it and freed by the worker that
+ * runs it. With malloc that is the worst case for the allocator: the submitter's
+ * per-thread cache is always empty (its nodes are freed elsewhere), the worker's fills
+ * and overflows into the shared arena, and the submitter's next malloc goes there too,
+ * under the arena's lock, often after a consolidation or a trim that hands pages back
+ * to the kernel only to fault them in again. So nodes are recycled here instead, the
+ * way mimalloc recycles blocks freed by other threads (Leijen, Zorn and de Moura,
+ * "Mimalloc: Free List Sharding in Action", APLAS 2019): each node remembers the heap
+ * of the thread that allocated it, and goes back to that heap when it is freed.
+ *
+ * Layout: [header: owner heap, link | node]. `spindle_task_alloc` returns the node,
+ * 16 bytes past the start of the block, at malloc's alignment. Nodes of up to
+ * SPINDLE_TASK_CACHED_BYTES are cached; larger ones are plain malloc blocks whose
+ * header says so (owner NULL).
+ *
+ * Invariants
+ *   N1  A heap's `local` list and its counts are touched only by the thread that owns
+ *       the heap.
+ *   N2  `remote` is a stack that any thread pushes a chain onto (a release CAS) and
+ *       that only the owner empties, all at once (an acquire exchange). Nothing is ever
+ *       popped singly, so there is no ABA: a push's CAS compares against a head it
+ *       only links behind. The owner's acquire pairs with the pushers' releases, so a
+ *       node's last use on the freeing thread happens before its reuse.
+ *   N3  A heap is never freed. When its thread exits it is abandoned: its cached nodes
+ *       go back to malloc, and it joins a list from which the next thread that needs a
+ *       heap adopts it, with whatever was freed back to it in the meantime. Threads
+ *       freeing to an abandoned heap free to malloc instead (a racing push is kept for
+ *       the adopter). So the number of heaps is the largest number of threads that
+ *       were ever alive at once, and a node's owner pointer is always valid.
+ *   N4  A thread that frees another heap's nodes gathers them in a batch for that heap
+ *       and pushes the batch with one CAS: when it reaches NODE_BATCH, when a node of
+ *       another heap comes along, when the thread parks as a worker, and when it exits.
+ *       A batch is at most NODE_BATCH - 1 nodes held back from their owner.
+ *   N5  Each heap keeps at most NODE_CACHE_MAX nodes on its local list; past that a
+ *       node goes back to malloc. A burst of a million submissions costs a million
+ *       mallocs once, and a bounded cache after.
+ *   N6  A cached node's header has its owner's low bit set; freeing a node whose bit is
+ *       set traps, naming the double free, before it can corrupt a list.
+ *
+ * Under AddressSanitizer a cached node's payload is poisoned, so a use after free is
+ * reported until the node is handed out again.
+ *
+ * Rejected: a global lock-free free list (every submit and every run on one contended
+ * line, and ABA on pop); a cache on the worker that frees (the submitter, who
+ * allocates, would still go to malloc every time); slabs of nodes (cache-line-aligned
+ * neighbours, but a slab can go back to malloc only when all its nodes have, which
+ * needs a count per slab on the free path).
+ */
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SPINDLE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPINDLE_ASAN 1
+#endif
+#endif
+#ifdef SPINDLE_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* Chain length a freeing thread gathers for one owner before pushing it (N4). */
+#define NODE_BATCH 32
+/* Nodes a heap keeps on its local list (N5): 64 KiB of 64-byte blocks. */
+#define NODE_CACHE_MAX 1024
+
+typedef struct node_heap node_heap;
+
+typedef struct node_header {
+    /* The allocating heap; NULL for a plain malloc block. Low bit set while cached (N6).
+     * Written only by whoever holds the node: its user, or the list it is on. */
+    uintptr_t owner;
+    struct node_header *next; /* list link while cached or batched */
+} node_header;
+
+_Static_assert(sizeof(node_header) == 16, "the node keeps malloc's 16-byte alignment");
+#define BLOCK_BYTES (sizeof(node_header) + SPINDLE_TASK_CACHED_BYTES)
+#define CACHED_BIT ((uintptr_t)1)
+
+struct node_heap {
+    /* Pushed by other threads, emptied by the owner (N2). Own line: the owner's local
+     * list below is not disturbed by the pushes. */
+    SPINDLE_ALIGNED _Atomic(node_header *) remote;
+    /* Set when the owner thread exits (N3). Relaxed: a hint to freeing threads, who
+     * would otherwise push to a heap nobody takes from until it is adopted. */
+    _Atomic bool abandoned;
+    /* Owner only (N1). */
+    SPINDLE_ALIGNED node_header *local;
+    uint32_t nlocal;
+    /* This thread's batch of another heap's nodes (N4). */
+    node_heap *batch_owner;
+    node_header *batch_first, *batch_last;
+    uint32_t nbatch;
+    /* The abandoned list's link, under abandoned_lock. */
+    node_heap *next_abandoned;
+};
+
+static _Thread_local node_heap *tls_heap;
+/* Set once this thread's heap has been abandoned (its key's destructor ran): from then
+ * on the thread allocates plain blocks and frees without batching. */
+static _Thread_local bool tls_exited;
+
+static pthread_once_t heap_once = PTHREAD_ONCE_INIT;
+static pthread_key_t heap_key;
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static node_heap *abandoned; /* under abandoned_lock */
+
+/* Test counters (spindle_test_task_cache): relaxed, on the malloc and free paths only. */
+static _Atomic uint64_t blocks_malloced, blocks_freed;
+
+static void heap_exit(void *arg);
+
+/* A fork()ed child has one thread; a lock another thread held at fork() is held for
+ * ever there. The list itself is consistent: it changes only under the lock. */
+static void reset_in_child(void) { pthread_mutex_init(&abandoned_lock, NULL); }
+
+static void heap_setup(void) {
+    if (pthread_key_create(&heap_key, heap_exit) != 0) heap_key = (pthread_key_t)-1;
+    pthread_atfork(NULL, NULL, reset_in_child);
+}
+
+static node_heap *heap_for_thread_slow(void) {
+    if (tls_exited) return NULL;
+    pthread_once(&heap_once, heap_setup);
+    if (heap_key == (pthread_key_t)-1) return NULL;
+    pthread_mutex_lock(&abandoned_lock);
+    node_heap *h = abandoned;
+    if (h) abandoned = h->next_abandoned;
+    pthread_mutex_unlock(&abandoned_lock);
+    if (h) {
+        /* Relaxed: the lock ordered the exiting thread's writes before ours. */
+        atomic_store_explicit(&h->abandoned, false, memory_order_relaxed);
+    } else {
+        h = aligned_alloc(SPINDLE_CACHELINE, sizeof *h);
+        if (!h) return NULL;
+        atomic_init(&h->remote, NULL);
+        atomic_init(&h->abandoned, false);
+        h->local = NULL;
+        h->nlocal = 0;
+        h->batch_owner = NULL;
+        h->batch_first = h->batch_last = NULL;
+        h->nbatch = 0;
+        h->next_abandoned = NULL;
+    }
+    if (pthread_setspecific(heap_key, h) != 0) {
+        /* Cannot be told when this thread exits: give the heap back at once. */
+        pthread_mutex_lock(&abandoned_lock);
+        h->next_abandoned = abandoned;
+        abandoned = h;
+        pthread_mutex_unlock(&abandoned_lock);
+        return NULL;
+    }
+    tls_heap = h;
+    return h;
+}
+
+static inline node_heap *heap_for_thread(void) {
+    node_heap *h = tls_heap;
+    return h ? h : heap_for_thread_slow();
+}
+
+static void free_block(node_header *b) {
+    atomic_fetch_add_explicit(&blocks_freed, 1, memory_order_relaxed);
+    free(b);
+}
+
+/* Pushes first..last onto `owner`'s remote stack (N2), or frees them when the owner has
+ * gone (N3). */
+static void push_remote(node_heap *owner, node_header *first, node_header *last) {
+    if (atomic_load_explicit(&owner->abandoned, memory_order_relaxed)) {
+        while (first) {
+            node_header *next = first == last ? NULL : first->next;
+            UNPOISON(first + 1, SPINDLE_TASK_CACHED_BYTES);
+            free_block(first);
+            first = next;
+        }
+        return;
+    }
+    /* Relaxed load: the CAS below re-reads it. */
+    node_header *head = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+    do {
+        last->next = head;
+        /* Release: our last writes to these nodes (and the user's, before free) happen
+         * before the owner's reuse, which takes the stack with an acquire exchange.
+         * Relaxed on failure: we retry with the new head. */
+    } while (!atomic_compare_exchange_weak_explicit(&owner->remote, &head, first,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+static void flush_batch(node_heap *me) {
+    if (!me->nbatch) return;
+    push_remote(me->batch_owner, me->batch_first, me->batch_last);
+    me->batch_owner = NULL;
+    me->batch_first = me->batch_last = NULL;
+    me->nbatch = 0;
+}
+
+void spindle_task_cache_flush(void) {
+    node_heap *h = tls_heap;
+    if (h) flush_batch(h);
+}
+
+/* Moves what other threads freed back to us onto the local list (N2, N5). Returns the
+ * first node, taken off for the caller, or NULL when nothing came back. */
+static node_header *take_remote(node_heap *h) {
+    /* Relaxed check first: the exchange would take the line for writing. */
+    if (!atomic_load_explicit(&h->remote, memory_order_relaxed)) return NULL;
+    /* Acquire pairs with the pushers' release CAS (N2). */
+    node_header *chain = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
+    if (!chain) return NULL;
+    node_header *first = chain;
+    chain = chain->next;
+    while (chain) {
+        node_header *next = chain->next;
+        if (h->nlocal < NODE_CACHE_MAX) {
+            chain->next = h->local;
+            h->local = chain;
+            h->nlocal++;
+        } else {
+            UNPOISON(chain + 1, SPINDLE_TASK_CACHED_BYTES);
+            free_block(chain);
+        }
+        chain = next;
+    }
+    return first;
+}
+
+void *spindle_task_alloc(size_t bytes) {
+    node_heap *h;
+    if (bytes > SPINDLE_TASK_CACHED_BYTES || !(h = heap_for_thread())) {
+        node_header *b = malloc(sizeof(node_header) + bytes);
+        if (!b) return NULL;
+        b->owner = 0;
+        return b + 1;
+    }
+    node_header *b = h->local;
+    if (b) {
+        h->local = b->next;
+        h->nlocal--;
+    } else if (!(b = take_remote(h))) {
+        b = malloc(BLOCK_BYTES);
+        if (!b) return NULL;
+        atomic_fetch_add_explicit(&blocks_malloced, 1, memory_order_relaxed);
+    }
+    /* The caller's bytes only: the rest of the block stays poisoned under ASan. */
+    POISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
+    UNPOISON(b + 1, bytes);
+    b->owner = (uintptr_t)h;
+    return b + 1;
+}
+
+void spindle_task_free(void *node) {
+    if (!node) return;
+    node_header *b = (node_header *)node - 1;
+    uintptr_t owner_bits = b->owner;
+    if (owner_bits == 0) {
+        free(b);
+        return;
+    }
+    if (owner_bits & CACHED_BIT) {
+        spindle_log(SPINDLE_LOG_ERROR, "spindle_task_free: task node %p freed twice", node);
+        abort();
+    }
+    node_heap *owner = (node_heap *)owner_bits;
+    b->owner = owner_bits | CACHED_BIT;
+    POISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
+    node_heap *me = heap_for_thread();
+    if (owner == me) {
+        if (me->nlocal < NODE_CACHE_MAX) {
+            b->next = me->local;
+            me->local = b;
+            me->nlocal++;
+        } else {
+            UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
+            free_block(b);
+        }
+        return;
+    }
+    if (!me) {
+        /* An exiting thread: no batch to gather in. */
+        push_remote(owner, b, b);
+        return;
+    }
+    if (me->batch_owner != owner) {
+        flush_batch(me);
+        me->batch_owner = owner;
+        me->batch_last = b;
+    }
+    b->next = me->batch_first;
+    me->batch_first = b;
+    if (++me->nbatch == NODE_BATCH) flush_batch(me);
+}
+
+/* The key's destructor, at thread exit (N3). */
+static void heap_exit(void *arg) {
+    node_heap *h = arg;
+    flush_batch(h);
+    tls_heap = NULL;
+    tls_exited = true;
+    /* Relaxed: freeing threads read it as a hint (N3); the lock below publishes the
+     * rest to the adopter. */
+    atomic_store_explicit(&h->abandoned, true, memory_order_relaxed);
+    for (node_header *b = h->local, *next; b; b = next) {
+        next = b->next;
+        UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
+        free_block(b);
+    }
+    h->local = NULL;
+    h->nlocal = 0;
+    /* Acquire: as in take_remote (N2). Later pushes stay for the adopter. */
+    for (node_header *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire), *next; b;
+         b = next) {
+        next = b->next;
+        UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
+        free_block(b);
+    }
+    pthread_mutex_lock(&abandoned_lock);
+    h->next_abandoned = abandoned;
+    abandoned = h;
+    pthread_mutex_unlock(&abandoned_lock);
+}
+
+void spindle_test_task_cache(uint32_t *local, uint64_t *malloced, uint64_t *freed) {
+    node_heap *h = tls_heap;
+    if (local) *local = h ? h->nlocal : 0;
+    if (malloced) *malloced = atomic_load_explicit(&blocks_malloced, memory_order_relaxed);
+    if (freed) *freed = atomic_load_explicit(&blocks_freed, memory_order_relaxed);
+}

@@ -1,0 +1,180 @@
+import CSpindle
+import Foundation
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// The engine's task-node cache (nodes.c): nodes come back to the thread that allocated
+/// them, from whichever thread frees them, and nothing is lost when threads exit.
+final class TaskNodeCacheTests: XCTestCase {
+    /// Node addresses as integers, so that they can cross threads in a `Sendable` box.
+    final class Nodes: @unchecked Sendable {
+        var addresses: [UInt] = []
+    }
+
+    private func localCount() -> UInt32 {
+        var n: UInt32 = 0
+        spindle_test_task_cache(&n, nil, nil)
+        return n
+    }
+
+    private func counters() -> (malloced: UInt64, freed: UInt64) {
+        var m: UInt64 = 0, f: UInt64 = 0
+        spindle_test_task_cache(nil, &m, &f)
+        return (m, f)
+    }
+
+    private func alloc(_ n: Int, bytes: Int = 40) -> [UInt] {
+        (0..<n).map { _ in UInt(bitPattern: spindle_task_alloc(bytes)) }
+    }
+
+    private func free(_ nodes: [UInt]) {
+        for a in nodes { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
+    }
+
+    /// Runs `body` on a thread of its own and waits until that thread has exited, so
+    /// that its heap has been abandoned.
+    private func onThreadThatExits(_ body: @escaping @Sendable () -> Void) {
+        var thread = pthread_t()
+        let box = Unmanaged.passRetained(BodyBox(body)).toOpaque()
+        XCTAssertEqual(pthread_create(&thread, nil, { arg in
+            let box = Unmanaged<BodyBox>.fromOpaque(arg!).takeRetainedValue()
+            box.body()
+            return nil
+        }, box), 0)
+        XCTAssertEqual(pthread_join(thread, nil), 0)
+    }
+
+    /// Locked with NSLock, a pthread mutex, which ThreadSanitizer sees (it does not
+    /// model Synchronization.Mutex's futex).
+    final class Mailbox: @unchecked Sendable {
+        private let lock = NSLock()
+        private var nodes: [UInt] = []
+        func put(_ a: UInt) { lock.withLock { nodes.append(a) } }
+        func takeAll() -> [UInt] {
+            lock.withLock {
+                defer { nodes.removeAll(keepingCapacity: true) }
+                return nodes
+            }
+        }
+    }
+
+    final class BodyBox {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+
+    func testEveryNodeTypeFitsTheCachedSize() {
+        XCTAssertLessThanOrEqual(ClosureTask.byteCount, Int(SPINDLE_TASK_CACHED_BYTES))
+        XCTAssertLessThanOrEqual(JobTask.byteCount, Int(SPINDLE_TASK_CACHED_BYTES))
+    }
+
+    func testANodeFreedOnItsOwnThreadIsReusedThere() {
+        let p = spindle_task_alloc(40)!
+        XCTAssertEqual(UInt(bitPattern: p) % 16, 0, "a node is aligned as malloc aligns")
+        spindle_task_free(p)
+        let q = spindle_task_alloc(40)!
+        XCTAssertEqual(p, q, "the last node freed here is the next one handed out here")
+        spindle_task_free(q)
+    }
+
+    func testNodesFreedOnAnotherThreadComeBackToTheirOwner() {
+        // Empty this thread's local list first, so that what it holds afterwards can
+        // only have come back from the other thread.
+        let drained = alloc(Int(localCount()))
+        XCTAssertEqual(localCount(), 0)
+        let n = 500
+        let nodes = Nodes()
+        nodes.addresses = alloc(n)
+        onThreadThatExits { [nodes] in
+            for a in nodes.addresses { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
+            // Pushes the last partial batch (exiting would too).
+            spindle_task_cache_flush()
+        }
+        // The first allocation takes everything the other thread gave back.
+        let first = spindle_task_alloc(40)!
+        XCTAssertEqual(localCount(), UInt32(n - 1), "every node freed on the other thread came back here")
+        XCTAssertTrue(Set(nodes.addresses).contains(UInt(bitPattern: first)))
+        let again = alloc(n - 1)
+        XCTAssertEqual(Set(again + [UInt(bitPattern: first)]), Set(nodes.addresses),
+                       "the same nodes are handed out again, and no others")
+        free(again + [UInt(bitPattern: first)] + drained)
+    }
+
+    func testTheLocalCacheIsBounded() {
+        let before = counters()
+        let nodes = alloc(5000)
+        free(nodes)
+        let cached = localCount()
+        XCTAssertGreaterThan(cached, 0)
+        XCTAssertLessThan(cached, 5000, "the local list keeps a bounded number of nodes")
+        let after = counters()
+        XCTAssertGreaterThanOrEqual(after.freed - before.freed, UInt64(5000) - UInt64(cached),
+                                    "nodes past the bound go back to malloc")
+    }
+
+    func testNodesOfAnExitedThreadGoBackToMalloc() {
+        let nodes = Nodes()
+        let n = 300
+        onThreadThatExits { [nodes] in
+            nodes.addresses = (0..<n).map { _ in UInt(bitPattern: spindle_task_alloc(40)) }
+        }
+        let before = counters()
+        free(nodes.addresses)
+        spindle_task_cache_flush()
+        XCTAssertGreaterThanOrEqual(counters().freed - before.freed, UInt64(n),
+                                    "nodes freed after their owner exited went back to malloc, not into a heap nobody uses")
+    }
+
+    func testLargerNodesArePlainBlocks() {
+        let nodes = Nodes()
+        nodes.addresses = alloc(10, bytes: 4096)
+        for a in nodes.addresses {
+            XCTAssertEqual(a % 16, 0)
+            memset(UnsafeMutableRawPointer(bitPattern: a)!, 0xAB, 4096)
+        }
+        onThreadThatExits { [nodes] in
+            for a in nodes.addresses { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
+        }
+    }
+
+    /// Threads allocate nodes, tag them, and hand them to one another at random; whoever
+    /// receives a node checks its tag and frees it. Under ThreadSanitizer this checks that
+    /// a node's reuse is ordered after its free on another thread (N2).
+    func testNodesPassedAroundManyThreadsKeepTheirContents() {
+        let threads = 4, perThread = Stress.count(20_000)
+        let mailboxes = (0..<threads).map { _ in Mailbox() }
+        let received = Atomic<Int>(0), corrupt = Atomic<Int>(0)
+        let total = threads * perThread
+        // Threads of their own: concurrentPerform may run the iterations one after
+        // another, and each thread here waits for nodes the others send it.
+        let done = DispatchSemaphore(value: 0)
+        for me in 0..<threads { Thread {
+            var rng = SystemRandomNumberGenerator()
+            var sent = 0
+            while received.load(ordering: .relaxed) < total {
+                if sent < perThread {
+                    let p = spindle_task_alloc(40)!.assumingMemoryBound(to: UInt.self)
+                    let tag = UInt(me << 32 | sent)
+                    for i in 0..<5 { p[i] = tag &+ UInt(i) }
+                    let to = Int.random(in: 0..<threads, using: &rng)
+                    mailboxes[to].put(UInt(bitPattern: p))
+                    sent += 1
+                }
+                let mine = mailboxes[me].takeAll()
+                for a in mine {
+                    let p = UnsafeMutablePointer<UInt>(bitPattern: a)!
+                    if (1..<5).contains(where: { p[$0] != p[0] &+ UInt($0) }) { corrupt.add(1, ordering: .relaxed) }
+                    spindle_task_free(p)
+                }
+                if !mine.isEmpty { received.add(mine.count, ordering: .relaxed) }
+            }
+            spindle_task_cache_flush()
+            done.signal()
+        }.start() }
+        for _ in 0..<threads { done.wait() }
+        XCTAssertEqual(received.load(ordering: .relaxed), total)
+        XCTAssertEqual(corrupt.load(ordering: .relaxed), 0, "a node was handed out again while another thread still held it")
+    }
+}
