@@ -35,9 +35,13 @@
  *       and pushes the batch with one CAS: when it reaches NODE_BATCH, when a node of
  *       another heap comes along, when the thread parks as a worker, and when it exits.
  *       A batch is at most NODE_BATCH - 1 nodes held back from their owner.
- *   N5  Each heap keeps at most NODE_CACHE_MAX nodes on its local list; past that a
- *       node goes back to malloc. A burst of a million submissions costs a million
- *       mallocs once, and a bounded cache after.
+ *   N5  A heap holds about NODE_CACHE_MAX nodes at most on its local list, and as many
+ *       on their way back: its own frees past the bound go back to malloc, and a thread
+ *       freeing its nodes frees them to malloc instead of pushing while that many are
+ *       waiting on `remote`. A burst of a million submissions costs mallocs for what
+ *       the cache cannot hold, and the frees of the excess fall on the workers, not on
+ *       the submitter. A chain is counted by its pushers (`remote_count`), not by
+ *       walking it, so the counts may be off by the pushes in flight.
  *   N6  A cached node's header has its owner's low bit set; freeing a node whose bit is
  *       set traps, naming the double free, before it can corrupt a list.
  *
@@ -73,8 +77,12 @@
 
 /* Chain length a freeing thread gathers for one owner before pushing it (N4). */
 #define NODE_BATCH 32
-/* Nodes a heap keeps on its local list (N5): 64 KiB of 64-byte blocks. */
-#define NODE_CACHE_MAX 1024
+/* Nodes a heap keeps on its local list, and lets come back to it (N5): 1 MiB of 64-byte
+ * blocks each way. A thread that submits in bursts runs ahead of the workers by as many
+ * nodes as the burst's backlog; a cache smaller than the backlog sends the difference
+ * through malloc and free on every burst. The memory is what the burst needed anyway,
+ * and goes back to malloc when the thread exits. */
+#define NODE_CACHE_MAX 16384
 
 typedef struct node_heap node_heap;
 
@@ -93,6 +101,11 @@ struct node_heap {
     /* Pushed by other threads, emptied by the owner (N2). Own line: the owner's local
      * list below is not disturbed by the pushes. */
     SPINDLE_ALIGNED _Atomic(node_header *) remote;
+    /* How many nodes the pushes onto `remote` carried: a count for N5 that spares the
+     * owner a walk of the chain, whose nodes sit in the freeing threads' caches. Added
+     * after each push and taken after each take, so it may count a push early or late;
+     * the local count never goes below 0 (N5 is a bound, not a census). */
+    _Atomic uint32_t remote_count;
     /* Set when the owner thread exits (N3). Relaxed: a hint to freeing threads, who
      * would otherwise push to a heap nobody takes from until it is adopted. */
     _Atomic bool abandoned;
@@ -146,6 +159,7 @@ static node_heap *heap_for_thread_slow(void) {
         h = aligned_alloc(SPINDLE_CACHELINE, sizeof *h);
         if (!h) return NULL;
         atomic_init(&h->remote, NULL);
+        atomic_init(&h->remote_count, 0);
         atomic_init(&h->abandoned, false);
         h->local = NULL;
         h->nlocal = 0;
@@ -176,10 +190,14 @@ static void free_block(node_header *b) {
     free(b);
 }
 
-/* Pushes first..last onto `owner`'s remote stack (N2), or frees them when the owner has
- * gone (N3). */
-static void push_remote(node_heap *owner, node_header *first, node_header *last) {
-    if (atomic_load_explicit(&owner->abandoned, memory_order_relaxed)) {
+/* Pushes the `n` nodes first..last onto `owner`'s remote stack (N2), or frees them when
+ * the owner has gone (N3). */
+static void push_remote(node_heap *owner, node_header *first, node_header *last, uint32_t n) {
+    /* Relaxed: both are hints. An owner that has gone, or that has as many nodes coming
+     * back as it keeps (N5), gets none: they go back to malloc here, on the freeing
+     * thread, not on the owner's, which is the one submitting. */
+    if (atomic_load_explicit(&owner->abandoned, memory_order_relaxed) ||
+        atomic_load_explicit(&owner->remote_count, memory_order_relaxed) >= NODE_CACHE_MAX) {
         while (first) {
             node_header *next = first == last ? NULL : first->next;
             UNPOISON(first + 1, SPINDLE_TASK_CACHED_BYTES);
@@ -197,11 +215,13 @@ static void push_remote(node_heap *owner, node_header *first, node_header *last)
          * Relaxed on failure: we retry with the new head. */
     } while (!atomic_compare_exchange_weak_explicit(&owner->remote, &head, first,
                                                     memory_order_release, memory_order_relaxed));
+    /* Relaxed: a count for a bound (see remote_count). */
+    atomic_fetch_add_explicit(&owner->remote_count, n, memory_order_relaxed);
 }
 
 static void flush_batch(node_heap *me) {
     if (!me->nbatch) return;
-    push_remote(me->batch_owner, me->batch_first, me->batch_last);
+    push_remote(me->batch_owner, me->batch_first, me->batch_last, me->nbatch);
     me->batch_owner = NULL;
     me->batch_first = me->batch_last = NULL;
     me->nbatch = 0;
@@ -212,28 +232,22 @@ void spindle_task_cache_flush(void) {
     if (h) flush_batch(h);
 }
 
-/* Moves what other threads freed back to us onto the local list (N2, N5). Returns the
- * first node, taken off for the caller, or NULL when nothing came back. */
+/* Makes what other threads freed back to us the local list (N2, N5), which is empty when
+ * this is called. Returns the first node, taken off for the caller, or NULL when
+ * nothing came back. */
 static node_header *take_remote(node_heap *h) {
     /* Relaxed check first: the exchange would take the line for writing. */
     if (!atomic_load_explicit(&h->remote, memory_order_relaxed)) return NULL;
     /* Acquire pairs with the pushers' release CAS (N2). */
-    node_header *chain = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
-    if (!chain) return NULL;
-    node_header *first = chain;
-    chain = chain->next;
-    while (chain) {
-        node_header *next = chain->next;
-        if (h->nlocal < NODE_CACHE_MAX) {
-            chain->next = h->local;
-            h->local = chain;
-            h->nlocal++;
-        } else {
-            UNPOISON(chain + 1, SPINDLE_TASK_CACHED_BYTES);
-            free_block(chain);
-        }
-        chain = next;
-    }
+    node_header *first = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
+    if (!first) return NULL;
+    /* Relaxed: a count for a bound (see remote_count). The pushers stop adding at
+     * NODE_CACHE_MAX (push_remote), so the chain is about that long at most, and
+     * becomes the local list whole and unwalked: each node is touched when it is handed
+     * out, and not before. */
+    uint32_t n = atomic_exchange_explicit(&h->remote_count, 0, memory_order_relaxed);
+    h->local = first->next;
+    h->nlocal = n ? n - 1 : 0;
     return first;
 }
 
@@ -247,8 +261,12 @@ void *spindle_task_alloc(size_t bytes) {
     }
     node_header *b = h->local;
     if (b) {
-        h->local = b->next;
-        h->nlocal--;
+        node_header *next = b->next;
+        h->local = next;
+        if (h->nlocal) h->nlocal--;
+        /* The next node was most likely last written on another CPU (its free): fetch it
+         * for writing now, while this one is filled in and submitted. */
+        if (next) __builtin_prefetch(next, 1, 3);
     } else if (!(b = take_remote(h))) {
         b = malloc(BLOCK_BYTES);
         if (!b) return NULL;
@@ -290,7 +308,7 @@ void spindle_task_free(void *node) {
     }
     if (!me) {
         /* An exiting thread: no batch to gather in. */
-        push_remote(owner, b, b);
+        push_remote(owner, b, b, 1);
         return;
     }
     if (me->batch_owner != owner) {
@@ -319,7 +337,9 @@ static void heap_exit(void *arg) {
     }
     h->local = NULL;
     h->nlocal = 0;
-    /* Acquire: as in take_remote (N2). Later pushes stay for the adopter. */
+    /* Relaxed: see remote_count. Acquire below: as in take_remote (N2). Later pushes
+     * stay for the adopter. */
+    atomic_store_explicit(&h->remote_count, 0, memory_order_relaxed);
     for (node_header *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire), *next; b;
          b = next) {
         next = b->next;

@@ -13,41 +13,6 @@ final class TaskNodeCacheTests: XCTestCase {
         var addresses: [UInt] = []
     }
 
-    private func localCount() -> UInt32 {
-        var n: UInt32 = 0
-        spindle_test_task_cache(&n, nil, nil)
-        return n
-    }
-
-    private func counters() -> (malloced: UInt64, freed: UInt64) {
-        var m: UInt64 = 0, f: UInt64 = 0
-        spindle_test_task_cache(nil, &m, &f)
-        return (m, f)
-    }
-
-    private func alloc(_ n: Int, bytes: Int = 40) -> [UInt] {
-        (0..<n).map { _ in UInt(bitPattern: spindle_task_alloc(bytes)) }
-    }
-
-    private func free(_ nodes: [UInt]) {
-        for a in nodes { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
-    }
-
-    /// Runs `body` on a thread of its own and waits until that thread has exited, so
-    /// that its heap has been abandoned.
-    private func onThreadThatExits(_ body: @escaping @Sendable () -> Void) {
-        var thread = pthread_t()
-        let box = Unmanaged.passRetained(BodyBox(body)).toOpaque()
-        XCTAssertEqual(pthread_create(&thread, nil, { arg in
-            let box = Unmanaged<BodyBox>.fromOpaque(arg!).takeRetainedValue()
-            box.body()
-            return nil
-        }, box), 0)
-        XCTAssertEqual(pthread_join(thread, nil), 0)
-    }
-
-    /// Locked with NSLock, a pthread mutex, which ThreadSanitizer sees (it does not
-    /// model Synchronization.Mutex's futex).
     final class Mailbox: @unchecked Sendable {
         private let lock = NSLock()
         private var nodes: [UInt] = []
@@ -79,39 +44,66 @@ final class TaskNodeCacheTests: XCTestCase {
         spindle_task_free(q)
     }
 
+    /// What the owner saw, recorded on its thread and checked on the test's.
+    final class Seen: @unchecked Sendable {
+        var localAfterTake: UInt32 = 0
+        var handedOut: [UInt] = []
+        var freedByOtherThread: UInt64 = 0
+    }
+
     func testNodesFreedOnAnotherThreadComeBackToTheirOwner() {
-        // Empty this thread's local list first, so that what it holds afterwards can
-        // only have come back from the other thread.
-        let drained = alloc(Int(localCount()))
-        XCTAssertEqual(localCount(), 0)
+        // The owner is a thread of its own: the test thread's heap may still be getting
+        // nodes back from pools of other tests.
         let n = 500
-        let nodes = Nodes()
-        nodes.addresses = alloc(n)
-        onThreadThatExits { [nodes] in
-            for a in nodes.addresses { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
-            // Pushes the last partial batch (exiting would too).
-            spindle_task_cache_flush()
+        let nodes = Nodes(), seen = Seen()
+        onThreadThatExits {
+            nodes.addresses = alloc(n)
+            onThreadThatExits {
+                for a in nodes.addresses { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
+                // Pushes the last partial batch (exiting would too).
+                spindle_task_cache_flush()
+            }
+            // The first allocation takes everything the other thread gave back.
+            let first = UInt(bitPattern: spindle_task_alloc(40))
+            seen.localAfterTake = localCount()
+            seen.handedOut = [first] + alloc(n - 1)
+            free(seen.handedOut)
         }
-        // The first allocation takes everything the other thread gave back.
-        let first = spindle_task_alloc(40)!
-        XCTAssertEqual(localCount(), UInt32(n - 1), "every node freed on the other thread came back here")
-        XCTAssertTrue(Set(nodes.addresses).contains(UInt(bitPattern: first)))
-        let again = alloc(n - 1)
-        XCTAssertEqual(Set(again + [UInt(bitPattern: first)]), Set(nodes.addresses),
-                       "the same nodes are handed out again, and no others")
-        free(again + [UInt(bitPattern: first)] + drained)
+        XCTAssertEqual(seen.localAfterTake, UInt32(n - 1), "every node freed on the other thread came back to its owner")
+        XCTAssertEqual(Set(seen.handedOut), Set(nodes.addresses), "the same nodes are handed out again, and no others")
     }
 
     func testTheLocalCacheIsBounded() {
         let before = counters()
-        let nodes = alloc(5000)
+        let n = 50_000
+        let nodes = alloc(n)
         free(nodes)
         let cached = localCount()
         XCTAssertGreaterThan(cached, 0)
-        XCTAssertLessThan(cached, 5000, "the local list keeps a bounded number of nodes")
+        XCTAssertLessThan(cached, UInt32(n), "the local list keeps a bounded number of nodes")
         let after = counters()
-        XCTAssertGreaterThanOrEqual(after.freed - before.freed, UInt64(5000) - UInt64(cached),
+        XCTAssertGreaterThanOrEqual(after.freed - before.freed, UInt64(n) - UInt64(cached),
                                     "nodes past the bound go back to malloc")
+    }
+
+    func testWhatComesBackFromAnotherThreadIsBoundedToo() {
+        let n = 50_000
+        let nodes = Nodes(), seen = Seen()
+        onThreadThatExits {
+            nodes.addresses = alloc(n)
+            let before = counters()
+            onThreadThatExits {
+                for a in nodes.addresses { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
+            }
+            seen.freedByOtherThread = counters().freed - before.freed
+            let first = spindle_task_alloc(40)!
+            seen.localAfterTake = localCount()
+            spindle_task_free(first)
+        }
+        let kept = UInt64(seen.localAfterTake) + 1
+        XCTAssertGreaterThan(seen.freedByOtherThread, 0, "past the bound, the freeing thread gives nodes to malloc")
+        XCTAssertLessThan(kept, UInt64(n), "the owner takes back a bounded number of nodes")
+        XCTAssertGreaterThanOrEqual(seen.freedByOtherThread + kept, UInt64(n), "every node was either kept or given to malloc")
     }
 
     func testNodesOfAnExitedThreadGoBackToMalloc() {
@@ -178,3 +170,42 @@ final class TaskNodeCacheTests: XCTestCase {
         XCTAssertEqual(corrupt.load(ordering: .relaxed), 0, "a node was handed out again while another thread still held it")
     }
 }
+
+// MARK: helpers
+
+fileprivate func localCount() -> UInt32 {
+    var n: UInt32 = 0
+    spindle_test_task_cache(&n, nil, nil)
+    return n
+}
+
+fileprivate func counters() -> (malloced: UInt64, freed: UInt64) {
+    var m: UInt64 = 0, f: UInt64 = 0
+    spindle_test_task_cache(nil, &m, &f)
+    return (m, f)
+}
+
+fileprivate func alloc(_ n: Int, bytes: Int = 40) -> [UInt] {
+    (0..<n).map { _ in UInt(bitPattern: spindle_task_alloc(bytes)) }
+}
+
+fileprivate func free(_ nodes: [UInt]) {
+    for a in nodes { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
+}
+
+/// Runs `body` on a thread of its own and waits until that thread has exited, so
+/// that its heap has been abandoned.
+fileprivate func onThreadThatExits(_ body: @escaping @Sendable () -> Void) {
+    var thread = pthread_t()
+    let box = Unmanaged.passRetained(TaskNodeCacheTests.BodyBox(body)).toOpaque()
+    let created = pthread_create(&thread, nil, { arg in
+        let box = Unmanaged<TaskNodeCacheTests.BodyBox>.fromOpaque(arg!).takeRetainedValue()
+        box.body()
+        return nil
+    }, box)
+    precondition(created == 0, "pthread_create: \(created)")
+    pthread_join(thread, nil)
+}
+
+/// Locked with NSLock, a pthread mutex, which ThreadSanitizer sees (it does not
+/// model Synchronization.Mutex's futex).
