@@ -66,7 +66,7 @@ func takeTaskPayload<P>(_ task: UnsafeMutablePointer<spindle_task>, _: P.Type, a
 /// the pattern malloc serves worst: the submitter's per-thread cache never gets a block
 /// back. The engine's cache returns each node to the heap of the thread that allocated
 /// it, in batches, so a steady stream of submissions costs no malloc at all. Every node
-/// type here fits the cached size (`UnsafeABITests` checks it).
+/// type here fits the cached size (`TaskNodeCacheTests` checks it).
 @inline(__always)
 func spindleMalloc(_ byteCount: Int) -> UnsafeMutableRawPointer {
     guard let p = spindle_task_alloc(byteCount) else {
