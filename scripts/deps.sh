@@ -9,6 +9,8 @@
 #   libnuma1   NUMA memory placement (optional for Spindle itself)
 # and, for scripts/service-bench.sh only (`spindle_ensure_deps wrk`):
 #   wrk        the HTTP load generator
+# and, for scripts/model-check.sh only (`spindle_ensure_deps spin`):
+#   spin       the Promela model checker
 spindle_have_lib() {
   # ldconfig's cache, then the usual multiarch directories.
   { command -v ldconfig >/dev/null && ldconfig -p 2>/dev/null | grep -q "$1"; } && return 0

@@ -78,7 +78,8 @@
  *      them: the quiescence check in step 4 does. Workers may still spawn: work in
  *      flight must be able to finish (and a join must be able to fork) — in CANCEL
  *      mode what they spawn, and what a submitter that passed its check links late,
- *      is cancelled when dequeued.
+ *      is cancelled when dequeued. Tests/Models/submit_shutdown.pml checks steps 3
+ *      and 4 with Spin over every interleaving of two submitters and two workers.
  *   4. It wakes every worker. Workers keep running (DRAIN) or cancelling (CANCEL) what
  *      they find. A worker that finds nothing parks; under the idle lock, the parking
  *      worker checks for quiescence: shutting down, the injector's `len` at 0 (no
