@@ -44,7 +44,8 @@
  *    searcher's load of `len` after y sees it — or y precedes a, and then x < y < a < c
  *    in S, so c (a seq_cst load) reads x or later. The same two outcomes, one serialising
  *    instruction fewer per submission. Local deque pushes publish with a plain store
- *    and keep the fence.
+ *    and keep the fence. Tests/Models/submit_wakeup.pml checks the outside-submission
+ *    form, with S1 and S2, over every interleaving of two submitters and two workers.
  *
  * Backlog (B1). The rule "wake nobody while somebody searches" trusts the searcher to
  * be running. It may not be: a searcher the kernel has placed on a busy CPU can sit
