@@ -127,6 +127,7 @@ static _Thread_local bool tls_exited;
 
 static pthread_once_t heap_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
+static bool heap_key_ok; /* written once, in heap_setup, under heap_once */
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 static node_heap *abandoned; /* under abandoned_lock */
 
@@ -140,14 +141,15 @@ static void heap_exit(void *arg);
 static void reset_in_child(void) { pthread_mutex_init(&abandoned_lock, NULL); }
 
 static void heap_setup(void) {
-    if (pthread_key_create(&heap_key, heap_exit) != 0) heap_key = (pthread_key_t)-1;
+    heap_key_ok = pthread_key_create(&heap_key, heap_exit) == 0;
     pthread_atfork(NULL, NULL, reset_in_child);
 }
 
 static node_heap *heap_for_thread_slow(void) {
     if (tls_exited) return NULL;
     pthread_once(&heap_once, heap_setup);
-    if (heap_key == (pthread_key_t)-1) return NULL;
+    /* Without a key a thread's exit could not be seen (N3): plain blocks instead. */
+    if (!heap_key_ok) return NULL;
     pthread_mutex_lock(&abandoned_lock);
     node_heap *h = abandoned;
     if (h) abandoned = h->next_abandoned;
@@ -169,7 +171,9 @@ static node_heap *heap_for_thread_slow(void) {
         h->next_abandoned = NULL;
     }
     if (pthread_setspecific(heap_key, h) != 0) {
-        /* Cannot be told when this thread exits: give the heap back at once. */
+        /* Cannot be told when this thread exits: give the heap back at once, abandoned
+         * again for whatever may still be freed back to it. */
+        atomic_store_explicit(&h->abandoned, true, memory_order_relaxed);
         pthread_mutex_lock(&abandoned_lock);
         h->next_abandoned = abandoned;
         abandoned = h;

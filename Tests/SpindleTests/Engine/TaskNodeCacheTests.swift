@@ -13,6 +13,8 @@ final class TaskNodeCacheTests: XCTestCase {
         var addresses: [UInt] = []
     }
 
+    /// Locked with NSLock, a pthread mutex, which ThreadSanitizer sees (it does not
+    /// model Synchronization.Mutex's futex).
     final class Mailbox: @unchecked Sendable {
         private let lock = NSLock()
         private var nodes: [UInt] = []
@@ -206,6 +208,3 @@ fileprivate func onThreadThatExits(_ body: @escaping @Sendable () -> Void) {
     precondition(created == 0, "pthread_create: \(created)")
     pthread_join(thread, nil)
 }
-
-/// Locked with NSLock, a pthread mutex, which ThreadSanitizer sees (it does not
-/// model Synchronization.Mutex's futex).
