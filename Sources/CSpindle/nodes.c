@@ -145,6 +145,14 @@ static void heap_setup(void) {
     pthread_atfork(NULL, NULL, reset_in_child);
 }
 
+/* Puts `h`, already marked abandoned, on the list for the next new thread to adopt. */
+static void give_back(node_heap *h) {
+    pthread_mutex_lock(&abandoned_lock);
+    h->next_abandoned = abandoned;
+    abandoned = h;
+    pthread_mutex_unlock(&abandoned_lock);
+}
+
 static node_heap *heap_for_thread_slow(void) {
     if (tls_exited) return NULL;
     pthread_once(&heap_once, heap_setup);
@@ -174,10 +182,7 @@ static node_heap *heap_for_thread_slow(void) {
         /* Cannot be told when this thread exits: give the heap back at once, abandoned
          * again for whatever may still be freed back to it. */
         atomic_store_explicit(&h->abandoned, true, memory_order_relaxed);
-        pthread_mutex_lock(&abandoned_lock);
-        h->next_abandoned = abandoned;
-        abandoned = h;
-        pthread_mutex_unlock(&abandoned_lock);
+        give_back(h);
         return NULL;
     }
     tls_heap = h;
@@ -189,9 +194,21 @@ static inline node_heap *heap_for_thread(void) {
     return h ? h : heap_for_thread_slow();
 }
 
+/* Gives a cached-size block back to malloc (unpoisoned: it may have been cached). */
 static void free_block(node_header *b) {
+    UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
     atomic_fetch_add_explicit(&blocks_freed, 1, memory_order_relaxed);
     free(b);
+}
+
+/* Gives the chain from `first` back to malloc, up to `last` (whose link may be stale)
+ * or to the end of the list when `last` is NULL. */
+static void free_chain(node_header *first, node_header *last) {
+    while (first) {
+        node_header *next = first == last ? NULL : first->next;
+        free_block(first);
+        first = next;
+    }
 }
 
 /* Pushes the `n` nodes first..last onto `owner`'s remote stack (N2), or frees them when
@@ -202,12 +219,7 @@ static void push_remote(node_heap *owner, node_header *first, node_header *last,
      * thread, not on the owner's, which is the one submitting. */
     if (atomic_load_explicit(&owner->abandoned, memory_order_relaxed) ||
         atomic_load_explicit(&owner->remote_count, memory_order_relaxed) >= NODE_CACHE_MAX) {
-        while (first) {
-            node_header *next = first == last ? NULL : first->next;
-            UNPOISON(first + 1, SPINDLE_TASK_CACHED_BYTES);
-            free_block(first);
-            first = next;
-        }
+        free_chain(first, last);
         return;
     }
     /* Relaxed load: the CAS below re-reads it. */
@@ -305,7 +317,6 @@ void spindle_task_free(void *node) {
             me->local = b;
             me->nlocal++;
         } else {
-            UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
             free_block(b);
         }
         return;
@@ -331,29 +342,17 @@ static void heap_exit(void *arg) {
     flush_batch(h);
     tls_heap = NULL;
     tls_exited = true;
-    /* Relaxed: freeing threads read it as a hint (N3); the lock below publishes the
+    /* Relaxed: freeing threads read it as a hint (N3); give_back's lock publishes the
      * rest to the adopter. */
     atomic_store_explicit(&h->abandoned, true, memory_order_relaxed);
-    for (node_header *b = h->local, *next; b; b = next) {
-        next = b->next;
-        UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
-        free_block(b);
-    }
+    free_chain(h->local, NULL);
     h->local = NULL;
     h->nlocal = 0;
     /* Relaxed: see remote_count. Acquire below: as in take_remote (N2). Later pushes
      * stay for the adopter. */
     atomic_store_explicit(&h->remote_count, 0, memory_order_relaxed);
-    for (node_header *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire), *next; b;
-         b = next) {
-        next = b->next;
-        UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
-        free_block(b);
-    }
-    pthread_mutex_lock(&abandoned_lock);
-    h->next_abandoned = abandoned;
-    abandoned = h;
-    pthread_mutex_unlock(&abandoned_lock);
+    free_chain(atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire), NULL);
+    give_back(h);
 }
 
 void spindle_test_task_cache(uint32_t *local, uint64_t *malloced, uint64_t *freed) {
