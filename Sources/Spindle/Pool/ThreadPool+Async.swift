@@ -39,15 +39,26 @@ extension ThreadPool {
     /// - Throws: what `body` throws; `CancellationError`; ``Error/overloaded``;
     ///   ``Error/shutDown`` when the pool shuts down before `body` starts (a cancelling
     ///   shutdown included); ``Error/createdBeforeFork``.
+    @inlinable
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await run(ifFull: .wait, body)
+        try await awaitOffload(body, ifFull: .wait, as: Offload<T>.self)
     }
 
     /// The async `run(_:)` on a pool with a ``Configuration/queueLimit``, choosing what happens
     /// when the pool is full: wait for room (first come first served), or throw
     /// ``Error/overloaded`` at once.
+    @inlinable
     public func run<T: Sendable>(ifFull: FullPolicy,
                                  _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await awaitOffload(body, ifFull: ifFull, as: Offload<T>.self)
+    }
+
+    /// `run`, given the offload's class by its caller: inlined into a caller that knows
+    /// `T`, `Offload<T>.self` is read from the caller's own cache of that type's metadata,
+    /// where this generic function would look it up in the runtime's table on every call.
+    @usableFromInline
+    func awaitOffload<T: Sendable>(_ body: @escaping @Sendable () throws -> T, ifFull: FullPolicy,
+                                   as offloadType: Offload<T>.Type) async throws -> T {
         try Task.checkCancellation()
         // Already on a worker (a task that prefers this pool, or a closure of its own):
         // nothing to hand over, and nothing queued to count against a limit.
@@ -65,7 +76,7 @@ extension ThreadPool {
                 ticket = admitted
             }
         }
-        let offload = Offload(body, admission: admission, ticket: ticket, timers: timerSlot.current)
+        let offload = offloadType.init(body, admission: admission, ticket: ticket, timers: timerSlot.current)
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
                 // A cancellation that came first (even while waiting for a slot that was
@@ -155,6 +166,7 @@ extension ThreadPool {
 ///      nothing.
 /// OF3. The engine holds one reference from submission until its `run`, which either
 ///      starts the offload or, when a cancelling shutdown discards it, discards it.
+@usableFromInline
 class OffloadBase: @unchecked Sendable {
     // @unchecked: `engineTask` is written before submission and then only by the engine;
     // the continuation is published through `phase` (OF1).
@@ -208,6 +220,7 @@ class OffloadBase: @unchecked Sendable {
     func discard(_ error: ThreadPool.Error) {}
 }
 
+@usableFromInline
 final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     // @unchecked: `continuation` is written once, before `phase` publishes it, and read
     // only by the one that moves `phase` out of pending (OF1).
