@@ -85,6 +85,20 @@
  * any length, down to the configurable minimum, is covered by the argument above.
  * `waker_cpu` is written by the waker under `lock` and read by the wakee under it.
  *
+ * Wakes on busy CPUs. When every CPU is busy — a server's event loops and this pool's
+ * workers together outnumber the CPUs, or another process holds one — a wake-up made
+ * for parallelism (S2's, or a worker's after taking a batch from the injector) puts the
+ * woken worker on its waker's CPU, where its short slice preempts the waker: two
+ * context switches, and nothing runs in parallel that did not before. Rejected:
+ * skipping such wakes while recent ones have landed on their waker's CPU. Where the
+ * CPUs are busy with threads that come and go, as a cooperative pool's are while its
+ * tasks await offloads, the woken worker moves to the first CPU that frees up and the
+ * wake pays for itself; where they are held by threads that never sleep, it does not.
+ * In both, the wakes land on their waker's CPU, so where a wake lands does not tell
+ * them apart. And a skipped wake is one that a task spinning on the queued work would
+ * wait for until something else woke a worker: the monitor (spare.c) sees only
+ * workers asleep in a task, not spinning ones.
+ *
  * Idle CPU. A parked worker is blocked in FUTEX_WAIT and consumes nothing; a searcher
  * spins for at most `spin_ns` (50 µs by default: on a VM a futex wake's tail reaches
  * tens of microseconds, the `latency` case's p99 in docs/performance.md) and then parks,
