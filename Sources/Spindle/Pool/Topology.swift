@@ -150,9 +150,14 @@ public struct PlacementPlan: Sendable {
 extension ThreadPool {
     /// How workers are tied to CPUs.
     public enum Pinning: Sendable {
-        /// Each worker may run on any CPU of its NUMA node (the default).
+        /// Each worker may run on any CPU of its NUMA node (the default). The kernel
+        /// can move a worker off a CPU that other threads keep busy.
         case node
-        /// Each worker is pinned to one CPU.
+        /// Each worker is pinned to one CPU: for machines whose CPUs the pool has to
+        /// itself. A pinned worker cannot leave a CPU that another busy thread shares
+        /// with it; it runs there in turns with that thread, a scheduler slice (some
+        /// milliseconds) at a time, and the tasks it has taken wait with it until an
+        /// idle worker steals them.
         case core
         /// Workers may run anywhere the process may.
         case none
