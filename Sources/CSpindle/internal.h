@@ -222,8 +222,11 @@ struct spindle_worker {
     uint32_t tick;           /* owner-only: scheduling ticks, for injector fairness */
     uint64_t rng;            /* owner-only: xorshift state for victim selection     */
     uintptr_t steal_floor;   /* owner-only: its thread's stack is half used below
-                                this address; a join wait deeper does not steal
-                                (worker.c, W4). Set by each thread that runs it.    */
+                                this address; a join wait deeper takes no work from
+                                others (worker.c, W4). Set by each thread that runs
+                                it.                                                  */
+    uintptr_t stack_high;    /* owner-only, tests: the top of its thread's stack when
+                                its join waits' depth is recorded, else 0           */
     bool searching;          /* owner-only mirror of its share of idle.state        */
     bool guest;              /* owner-only: running on the CPU of the lower-ranked
                                 outside thread that woke it; searches once, never
@@ -360,9 +363,11 @@ void spindle_worker_push(spindle_worker *w, spindle_task *t);
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
 
-/* Tests only (testing.c): threads that start while set count as deep from the start
- * (W4), so that tests can run join waits that never steal. */
-extern _Atomic bool spindle_test_deep_join_waits;
+/* Tests only (testing.c): while not 0, threads that start count as deep (W4) once this
+ * many bytes of their stack are used (SIZE_MAX: from the start, so that tests can run
+ * join waits that never steal), and record their deepest join wait. */
+extern _Atomic size_t spindle_test_join_floor;
+void spindle_test_record_join_wait(size_t used);
 
 /* ---- join.c ------------------------------------------------------------------------ */
 /* Worker `w` waits for `*latch` without running anything, counted out meanwhile

@@ -22,9 +22,10 @@
  *     Futex-based Once make the same trade).
  *
  * Join frames. spindle_fork pushes the frame on the worker's own deque (or, from
- * outside the pool, on the injector). spindle_join pops the deque until it meets the
- * frame (true: the caller runs it inline) or the deque runs dry (the frame was stolen
- * or overflowed: wait for the latch while running other work). Tasks found above the
+ * outside the pool, on the injector; past a worker's stack floor, nowhere: worker.c,
+ * W4). spindle_join pops the deque until it meets the frame (true: the caller runs it
+ * inline) or the deque runs dry (the frame was stolen or overflowed: wait for the
+ * latch while running other work). Tasks found above the
  * frame — ones the forked half submitted — are simply run: they are ordinary work.
  * A frame always runs when dequeued, even by a pool that is cancelling: the task that
  * forked it is running and needs its result.
@@ -116,6 +117,13 @@ void spindle_fork(spindle_pool *pool, spindle_join_frame *f) {
     atomic_init(frame_latch(f), SPINDLE_LATCH_UNSET);
     spindle_worker *w = spindle_tls_worker;
     if (w && w->pool == pool) {
+        /* W4 (worker.c): past the floor, no fork; the caller runs both halves. The
+         * stack grows down. */
+        if ((uintptr_t)__builtin_frame_address(0) < w->steal_floor) {
+            f->spindle_waiter = NULL;
+            f->spindle_flags = FRAME_INLINE;
+            return;
+        }
         f->spindle_waiter = w;
         f->spindle_flags = FRAME_LOCAL;
         spindle_worker_push(w, &f->task);
@@ -228,6 +236,8 @@ int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
     size_t ranges = (n + grain - 1) / grain;
     uint32_t helpers = w ? workers - 1 : workers;
     if (ranges - 1 < helpers) helpers = (uint32_t)(ranges - 1);
+    /* W4 (worker.c): past the floor, no helpers, so no wait either. */
+    if (w && (uintptr_t)__builtin_frame_address(0) < w->steal_floor) helpers = 0;
     if (helpers == 0) {
         body(ctx, 0, n);
         return 0;

@@ -140,9 +140,30 @@ size_t spindle_test_pool_placement_bytes(const spindle_pool *pool) {
     return bytes;
 }
 
-_Atomic bool spindle_test_deep_join_waits;
+_Atomic size_t spindle_test_join_floor;
+_Atomic size_t spindle_test_deepest_join;
 
 void spindle_test_set_deep_join_waits(bool deep) {
     /* Relaxed: read by threads that start after this returns (pthread_create orders it). */
-    atomic_store_explicit(&spindle_test_deep_join_waits, deep, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_join_floor, deep ? SIZE_MAX : 0, memory_order_relaxed);
+}
+
+void spindle_test_set_join_wait_floor(size_t bytes) {
+    /* Relaxed, both: the floor as above; the record is a maximum that only tests read,
+     * after joins whose latches ordered the waits' writes before their return. */
+    atomic_store_explicit(&spindle_test_deepest_join, 0, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_join_floor, bytes, memory_order_relaxed);
+}
+
+size_t spindle_test_deepest_join_wait(void) {
+    /* Relaxed: see above. */
+    return atomic_load_explicit(&spindle_test_deepest_join, memory_order_relaxed);
+}
+
+void spindle_test_record_join_wait(size_t used) {
+    /* Relaxed: a statistic (see above); a CAS loop keeps the maximum. */
+    size_t seen = atomic_load_explicit(&spindle_test_deepest_join, memory_order_relaxed);
+    while (used > seen && !atomic_compare_exchange_weak_explicit(&spindle_test_deepest_join, &seen, used,
+                                                                 memory_order_relaxed, memory_order_relaxed)) {
+    }
 }

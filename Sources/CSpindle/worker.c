@@ -28,13 +28,24 @@
  *       wakes the next when work is pending" rule — as soon as it finds a task.
  *   W3  A task runs on exactly one thread, exactly once, whatever path found it.
  *   W4  A join wait runs other work on the waiting thread's stack, on top of the frame
- *       that waits, so chains of waits that each steal can nest without bound. Once a
- *       thread has used half its stack, its join waits stop searching: they take
- *       work from their own deque and the injector only, then park on the latch.
- *       That is never a deadlock: the frame waited for is running on the thief that
- *       took it, or it is in the injector, where this waiter or any other worker
- *       finds it. oneTBB bounds stealing by stack depth the same way; rayon does not,
- *       and its stacks can overflow under adverse scheduling.
+ *       that waits, so chains of waits that each take unrelated work can nest without
+ *       bound. Stealing is one way; the injector is another, and on a spare the usual
+ *       one: a spare's forks go to the injector (spare.c), and a spare waiting for one
+ *       of them takes the oldest task there, an unrelated one, at every level. Once a
+ *       thread has used half its stack:
+ *         - its forks do not fork: the forking code runs both halves itself, and its
+ *           parallel loops run every iteration themselves (join.c). So what runs
+ *           there never waits, and a task taken there runs to its end as plain
+ *           recursion before the next is taken: the stack stops growing by nesting;
+ *         - its join waits (for frames forked above the floor) stop stealing: they
+ *           take work from their own deque and the injector only, then park on the
+ *           latch. That is never a deadlock: the frame waited for is running on the
+ *           thief that took it, or it is in the injector, where this waiter or any
+ *           other worker finds it.
+ *       Neither depends on spares, whose number is capped: blocking instead, and
+ *       leaving the waited-for frame to a spare, would let every spare reach its
+ *       floor and block in turn. oneTBB bounds stealing by stack depth the same way;
+ *       rayon does not, and its stacks can overflow under adverse scheduling.
  */
 #include "internal.h"
 
@@ -227,6 +238,8 @@ void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch) {
         spindle_worker_block_on_latch(w, latch);
         return;
     }
+    /* Tests: how deep this wait is (W4). The stack grows down. */
+    if (w->stack_high) spindle_test_record_join_wait(w->stack_high - (uintptr_t)__builtin_frame_address(0));
     for (;;) {
         /* Acquire pairs with the setter's release: the thief's writes (the joined
          * half's results) are visible once we see SET. */
@@ -358,24 +371,38 @@ static void apply_pinning(spindle_worker *w) {
     if (rc) spindle_report_first_error(&w->pool->pin_error, rc);
 }
 
-/* W4: the address below which this thread's stack is more than half used (0: unknown,
- * never deep). */
-static uintptr_t stack_steal_floor(void) {
-    if (atomic_load_explicit(&spindle_test_deep_join_waits, memory_order_relaxed)) return UINTPTR_MAX;
+/* W4: sets w->steal_floor, the address below which this thread's stack is more than half
+ * used (0: unknown, never deep); under a test floor, sets that and w->stack_high. */
+static void set_steal_floor(spindle_worker *w) {
+    w->steal_floor = 0;
+    w->stack_high = 0;
+    /* Relaxed: written before this thread was created (see testing.c). */
+    size_t test = atomic_load_explicit(&spindle_test_join_floor, memory_order_relaxed);
+    if (test == SIZE_MAX) {
+        w->steal_floor = UINTPTR_MAX;
+        return;
+    }
     pthread_attr_t attr;
     void *low;
     size_t size;
-    if (pthread_getattr_np(pthread_self(), &attr) != 0) return 0;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
     int rc = pthread_attr_getstack(&attr, &low, &size);
     pthread_attr_destroy(&attr);
-    return rc == 0 ? (uintptr_t)low + size / 2 : 0;
+    if (rc != 0) return;
+    uintptr_t high = (uintptr_t)low + size;
+    if (test != 0 && test < size) {
+        w->steal_floor = high - test;
+        w->stack_high = high;
+        return;
+    }
+    w->steal_floor = (uintptr_t)low + size / 2;
 }
 
 void *spindle_worker_main(void *arg) {
     spindle_worker *w = arg;
     spindle_pool *pool = w->pool;
     spindle_tls_worker = w;
-    w->steal_floor = stack_steal_floor();
+    set_steal_floor(w);
     /* Relaxed: read by the monitor as a hint (0: not started). */
     atomic_store_explicit(&w->tid, (int32_t)syscall(SYS_gettid), memory_order_relaxed);
     set_thread_name(w);

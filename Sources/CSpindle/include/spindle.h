@@ -336,7 +336,9 @@ uint64_t spindle_pool_cpu_time_ns(const spindle_pool *pool);
  * A join frame lives on the caller's stack. `spindle_fork` offers `frame->fn(ctx)` to
  * the pool; the caller then does its own half of the work and calls `spindle_join`:
  *   - if the frame was not taken by anyone, `spindle_join` returns true and the caller
- *     runs `fn(ctx)` itself (inline, no synchronisation: the common case);
+ *     runs `fn(ctx)` itself (inline, no synchronisation: the common case). So it does
+ *     when the fork offered nothing: on a worker that has used half its stack, so that
+ *     waits nested in waits cannot exhaust it, or to a pool that is shutting down;
  *   - otherwise it waits until the thief has finished, executing other pool work in the
  *     meantime when the caller is a worker, and returns false.
  * Every fork must be joined, innermost first, before the frame goes out of scope.

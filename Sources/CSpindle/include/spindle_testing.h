@@ -30,6 +30,14 @@ size_t spindle_test_pool_placement_bytes(const spindle_pool *pool);
  *  their join waits never steal (worker.c, W4). */
 void spindle_test_set_deep_join_waits(bool deep);
 
+/** While `bytes` is not 0, worker threads that start (spares included) count their
+ *  stacks as deep once `bytes` of them are used, instead of half (W4), and record the
+ *  most stack any of their join waits found used; the record starts again at 0. */
+void spindle_test_set_join_wait_floor(size_t bytes);
+/** The most stack, in bytes, that a join wait on a thread started under
+ *  spindle_test_set_join_wait_floor found used when it began to wait. */
+size_t spindle_test_deepest_join_wait(void);
+
 /** Sends `message` through the engine's diagnostics (log.c), as the engine would. */
 void spindle_test_log(spindle_log_level level, const char *message);
 

@@ -10,6 +10,11 @@ extension ThreadPool {
     /// this thread runs other pool work until the thief finishes, so recursive `join`s
     /// never block a worker.
     ///
+    /// That other work runs on this thread's stack, on top of the waiting `join`. So
+    /// that waits nested in waits cannot exhaust it, a worker that has used half its
+    /// stack no longer offers `b`: it runs `a` and then `b` itself, and what it runs
+    /// there is plain recursion, as deep as the algorithm's own.
+    ///
     /// Called from outside the pool, `b` goes to the shared queue and the caller waits
     /// for it after running `a`. If `a` throws, `b` is still waited for before the
     /// error propagates (it may be using memory the caller owns). `a`'s error type is
@@ -92,7 +97,8 @@ extension ThreadPool {
     /// Indices are handed out in contiguous ranges of `grain` (nil: about eight ranges
     /// per worker, which lets idle workers even out uneven iterations). Like
     /// `DispatchQueue.concurrentPerform`, `body` runs concurrently with itself: it must
-    /// be safe to call from several threads at once.
+    /// be safe to call from several threads at once. On a worker that has used half its
+    /// stack, the calling thread runs every index itself, as ``join(_:_:)`` does.
     public func concurrentPerform(iterations: Int, grain: Int? = nil, _ body: @Sendable (Int) -> Void) {
         guard iterations > 0 else { return }
         withoutActuallyEscaping(body) { body in

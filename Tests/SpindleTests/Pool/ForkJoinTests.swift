@@ -14,10 +14,10 @@ final class ForkJoinTests: XCTestCase {
         XCTAssertEqual(fib(pool, 15), 610)
     }
 
-    /// Join waits on a thread whose stack is half used stop stealing (worker.c, W4).
-    /// They must still finish: the frame waited for is running on its thief, or it
-    /// overflowed into the injector (a deque of 4 makes that common), where the waiter
-    /// or another worker takes it.
+    /// On a thread whose stack is half used, forks run both halves inline and join waits
+    /// stop stealing (worker.c, W4); here the workers count as deep from the start.
+    /// Everything must still finish, from inside the pool and from outside it, whose
+    /// forks go to the injector (a deque of 4 sends the workers' overflow there too).
     func testJoinWaitsThatMayNotStealStillFinish() throws {
         spindle_test_set_deep_join_waits(true)
         var c = ThreadPool.Configuration(workers: 2)
@@ -30,7 +30,63 @@ final class ForkJoinTests: XCTestCase {
         let sum = Atomic<Int>(0)
         pool.concurrentPerform(iterations: 1000) { i in sum.add(i, ordering: .relaxed) }
         XCTAssertEqual(sum.load(ordering: .relaxed), 1000 * 999 / 2)
+        pool.run { pool.concurrentPerform(iterations: 1000) { i in sum.add(i, ordering: .relaxed) } }
+        XCTAssertEqual(sum.load(ordering: .relaxed), 1000 * 999)
         try pool.shutdown()
+    }
+
+    /// Fork-join run by spares, while the pool's own workers block: a spare's forks go to
+    /// the injector, and a spare waiting for one takes the oldest task there, an
+    /// unrelated one, at every level. Past the floor (here 64 KiB instead of half the
+    /// stack) a join wait must stop taking such work and block instead (W4); without
+    /// that, these waits nest until the stack overflows. The deepest wait may be past
+    /// the floor by one descent of the sort's own recursion, never by nesting.
+    func testJoinWaitsOnSparesStopNestingPastTheFloor() throws {
+        let floor = 64 << 10
+        spindle_test_set_join_wait_floor(floor)
+        defer { spindle_test_set_join_wait_floor(0) }
+        var c = ThreadPool.Configuration(workers: 2)
+        c.maxSpareWorkers = 4
+        let pool = try ThreadPool(configuration: c)
+        let started = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        for _ in 0..<2 {
+            try pool.submit {
+                ThreadPool.blocking {
+                    started.signal()
+                    release.wait()
+                }
+            }
+        }
+        started.wait()
+        started.wait()
+
+        let sparesSeen = Atomic<Int>(0)
+        @Sendable func sort(_ xs: ArraySlice<Int>) -> [Int] {
+            if xs.count <= 4 {
+                sparesSeen.max(pool.spareWorkerCount, ordering: .relaxed)
+                return xs.sorted()
+            }
+            let mid = xs.startIndex + xs.count / 2
+            let (l, r) = pool.join({ sort(xs[..<mid]) }, { sort(xs[mid...]) })
+            var out: [Int] = []
+            out.reserveCapacity(xs.count)
+            var i = 0, j = 0
+            while i < l.count && j < r.count {
+                if l[i] <= r[j] { out.append(l[i]); i += 1 } else { out.append(r[j]); j += 1 }
+            }
+            out += l[i...]
+            out += r[j...]
+            return out
+        }
+        let input = (0..<Stress.count(100_000)).map { ($0 &* 7919) % 10_007 }
+        XCTAssertEqual(pool.run { sort(input[...]) }, input.sorted())
+        XCTAssertGreaterThan(sparesSeen.load(ordering: .relaxed), 0, "the sort was to run on spares")
+        release.signal()
+        release.signal()
+        try pool.shutdown()
+        let deepest = spindle_test_deepest_join_wait()
+        XCTAssertGreaterThan(deepest, 0, "no join wait was recorded")
+        XCTAssertLessThan(deepest, floor + (256 << 10), "join waits nested past the floor")
     }
 
     func testJoinWaitsForTheOtherHalfWhenTheFirstThrows() throws {
