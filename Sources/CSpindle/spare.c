@@ -49,8 +49,10 @@
  * takes the pool's nice and policy exactly as the pool's workers do (spawn.c),
  * unpinned within the pool's CPUs. It takes work from the injector and by stealing,
  * one task at a time; what it spawns goes to the injector, never to its own deque,
- * which no worker steals from (the pool's steal orders are fixed at creation). At
- * most `max_spares` run at once per pool, so blocking cannot turn into a thread
+ * which no worker steals from (the pool's steal orders are fixed at creation). So a
+ * spare's join waits take unrelated work from the injector at every level, which
+ * nests on its stack until the stack floor stops it (worker.c, W4). At most
+ * `max_spares` run at once per pool, so blocking cannot turn into a thread
  * explosion; beyond that, work waits for a worker to return.
  *
  * Rejected:
