@@ -25,10 +25,10 @@
  * outside the pool, on the injector; past a worker's stack floor, nowhere: worker.c,
  * W4). spindle_join pops the deque until it meets the frame (true: the caller runs it
  * inline) or the deque runs dry (the frame was stolen or overflowed: wait for the
- * latch while running other work). Tasks found above the
- * frame — ones the forked half submitted — are simply run: they are ordinary work.
- * A frame always runs when dequeued, even by a pool that is cancelling: the task that
- * forked it is running and needs its result.
+ * latch while running other work). Tasks found above the frame — ones the forked half
+ * submitted — are simply run: they are ordinary work. A frame always runs when
+ * dequeued, even by a pool that is cancelling: the task that forked it is running and
+ * needs its result.
  *
  * Swift's `join` enters through spindle_swift_fork_join, declared with clang's
  * `swiftcall`: it receives each closure as the two words Swift passes it in and calls
