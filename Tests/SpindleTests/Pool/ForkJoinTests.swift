@@ -61,25 +61,11 @@ final class ForkJoinTests: XCTestCase {
         started.wait()
 
         let sparesSeen = Atomic<Int>(0)
-        @Sendable func sort(_ xs: ArraySlice<Int>) -> [Int] {
-            if xs.count <= 4 {
-                sparesSeen.max(pool.spareWorkerCount, ordering: .relaxed)
-                return xs.sorted()
-            }
-            let mid = xs.startIndex + xs.count / 2
-            let (l, r) = pool.join({ sort(xs[..<mid]) }, { sort(xs[mid...]) })
-            var out: [Int] = []
-            out.reserveCapacity(xs.count)
-            var i = 0, j = 0
-            while i < l.count && j < r.count {
-                if l[i] <= r[j] { out.append(l[i]); i += 1 } else { out.append(r[j]); j += 1 }
-            }
-            out += l[i...]
-            out += r[j...]
-            return out
-        }
         let input = (0..<Stress.count(100_000)).map { ($0 &* 7919) % 10_007 }
-        XCTAssertEqual(pool.run { sort(input[...]) }, input.sorted())
+        let sorted = pool.run {
+            mergeSort(input[...], on: pool) { sparesSeen.max(pool.spareWorkerCount, ordering: .relaxed) }
+        }
+        XCTAssertEqual(sorted, input.sorted())
         XCTAssertGreaterThan(sparesSeen.load(ordering: .relaxed), 0, "the sort was to run on spares")
         release.signal()
         release.signal()
@@ -109,23 +95,9 @@ final class ForkJoinTests: XCTestCase {
     /// once, after the join.
     func testJoinReturnsOwnedResultsAndReleasesCaptures() throws {
         let pool = try ThreadPool(workers: 2)
-        @Sendable func sort(_ xs: ArraySlice<Int>) -> [Int] {
-            if xs.count <= 4 { return xs.sorted() }
-            let mid = xs.startIndex + xs.count / 2
-            let (l, r) = pool.join({ sort(xs[..<mid]) }, { sort(xs[mid...]) })
-            var out: [Int] = []
-            out.reserveCapacity(xs.count)
-            var i = 0, j = 0
-            while i < l.count && j < r.count {
-                if l[i] <= r[j] { out.append(l[i]); i += 1 } else { out.append(r[j]); j += 1 }
-            }
-            out += l[i...]
-            out += r[j...]
-            return out
-        }
         let input = (0..<Stress.count(50_000)).map { ($0 &* 7919) % 10_007 }
         for _ in 0..<4 {
-            XCTAssertEqual(pool.run { sort(input[...]) }, input.sorted())
+            XCTAssertEqual(pool.run { mergeSort(input[...], on: pool) }, input.sorted())
         }
 
         let counter = ReleaseCounter()
@@ -169,4 +141,27 @@ final class ForkJoinTests: XCTestCase {
         pool.run { pool.concurrentPerform(iterations: 10_000, grain: 7) { counts.hit($0) } }
         XCTAssertEqual(counts.wrong.count, 0)
     }
+}
+
+/// A merge sort that forks its halves with `join` down to runs of 4, which it sorts
+/// serially after calling `atLeaf`: results that own memory, and recursion deep enough
+/// to fork tens of thousands of times.
+private func mergeSort(_ xs: ArraySlice<Int>, on pool: ThreadPool,
+                       atLeaf: @escaping @Sendable () -> Void = {}) -> [Int] {
+    if xs.count <= 4 {
+        atLeaf()
+        return xs.sorted()
+    }
+    let mid = xs.startIndex + xs.count / 2
+    let (l, r) = pool.join({ mergeSort(xs[..<mid], on: pool, atLeaf: atLeaf) },
+                           { mergeSort(xs[mid...], on: pool, atLeaf: atLeaf) })
+    var out: [Int] = []
+    out.reserveCapacity(xs.count)
+    var i = 0, j = 0
+    while i < l.count && j < r.count {
+        if l[i] <= r[j] { out.append(l[i]); i += 1 } else { out.append(r[j]); j += 1 }
+    }
+    out += l[i...]
+    out += r[j...]
+    return out
 }
