@@ -222,9 +222,9 @@ struct spindle_worker {
     uint32_t tick;           /* owner-only: scheduling ticks, for injector fairness */
     uint64_t rng;            /* owner-only: xorshift state for victim selection     */
     uintptr_t steal_floor;   /* owner-only: its thread's stack is half used below
-                                this address; a join wait deeper takes no work from
-                                others (worker.c, W4). Set by each thread that runs
-                                it.                                                  */
+                                this address; past it, forks run inline and join
+                                waits do not steal (worker.c, W4). Set by each
+                                thread that runs it.                                 */
     uintptr_t stack_high;    /* owner-only, tests: the top of its thread's stack when
                                 its join waits' depth is recorded, else 0           */
     bool searching;          /* owner-only mirror of its share of idle.state        */
@@ -360,6 +360,11 @@ void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_run_task(spindle_worker *w, spindle_task *t);
 /* Local push from worker `w`, then wake a sleeper if the pool needs one. */
 void spindle_worker_push(spindle_worker *w, spindle_task *t);
+/* W4: is worker `w`, the calling thread, past its stack floor here? Always inlined, so
+ * the frame is the caller's. The stack grows down. */
+__attribute__((always_inline)) static inline bool spindle_worker_past_floor(const spindle_worker *w) {
+    return (uintptr_t)__builtin_frame_address(0) < w->steal_floor;
+}
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
 

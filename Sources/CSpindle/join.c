@@ -117,9 +117,8 @@ void spindle_fork(spindle_pool *pool, spindle_join_frame *f) {
     atomic_init(frame_latch(f), SPINDLE_LATCH_UNSET);
     spindle_worker *w = spindle_tls_worker;
     if (w && w->pool == pool) {
-        /* W4 (worker.c): past the floor, no fork; the caller runs both halves. The
-         * stack grows down. */
-        if ((uintptr_t)__builtin_frame_address(0) < w->steal_floor) {
+        /* W4 (worker.c): past the floor, no fork; the caller runs both halves. */
+        if (spindle_worker_past_floor(w)) {
             f->spindle_waiter = NULL;
             f->spindle_flags = FRAME_INLINE;
             return;
@@ -237,7 +236,7 @@ int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
     uint32_t helpers = w ? workers - 1 : workers;
     if (ranges - 1 < helpers) helpers = (uint32_t)(ranges - 1);
     /* W4 (worker.c): past the floor, no helpers, so no wait either. */
-    if (w && (uintptr_t)__builtin_frame_address(0) < w->steal_floor) helpers = 0;
+    if (w && spindle_worker_past_floor(w)) helpers = 0;
     if (helpers == 0) {
         body(ctx, 0, n);
         return 0;

@@ -195,8 +195,8 @@ static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
     if (++w->tick % 61 == 0 && (t = poll_injector(w))) return t;
     if ((t = spindle_deque_pop(&w->deque))) return t;
     if ((t = poll_injector(w))) return t;
-    /* W4: deep in a join wait, no searching. The stack grows down. */
-    if (latch && (uintptr_t)__builtin_frame_address(0) < w->steal_floor) return NULL;
+    /* W4: deep in a join wait, no searching. */
+    if (latch && spindle_worker_past_floor(w)) return NULL;
     if (!w->searching) {
         if (!spindle_idle_try_start_searching(&w->pool->idle)) return NULL;
         w->searching = true;

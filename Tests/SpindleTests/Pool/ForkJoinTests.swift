@@ -38,9 +38,10 @@ final class ForkJoinTests: XCTestCase {
     /// Fork-join run by spares, while the pool's own workers block: a spare's forks go to
     /// the injector, and a spare waiting for one takes the oldest task there, an
     /// unrelated one, at every level. Past the floor (here 64 KiB instead of half the
-    /// stack) a join wait must stop taking such work and block instead (W4); without
-    /// that, these waits nest until the stack overflows. The deepest wait may be past
-    /// the floor by one descent of the sort's own recursion, never by nesting.
+    /// stack) forks must run both halves inline, so that nothing taken there waits
+    /// again (W4); without that, these waits nest until the stack overflows. A wait
+    /// may begin a little past the floor (the frames between a fork just above it and
+    /// its wait), never far past it.
     func testJoinWaitsOnSparesStopNestingPastTheFloor() throws {
         let floor = 64 << 10
         spindle_test_set_join_wait_floor(floor)
