@@ -12,7 +12,8 @@
  *     the worker at fork time, before the frame is published, and the setter wakes
  *     that worker through the idle protocol (spindle_idle_wake_latch_waiter). The worker
  *     struct lives as long as the pool, so touching it after the exchange is safe even
- *     though the frame itself may already be gone (L2);
+ *     though the frame itself may already be gone (L2); by then the worker may have
+ *     left the wait and be parked elsewhere, which the wake checks;
  *   - a thread outside the pool: it sleeps on the latch word with FUTEX_WAIT and the
  *     setter calls FUTEX_WAKE on it after the exchange. The waiter may wake spuriously,
  *     see SET and return (ending the frame's lifetime) before that call: the setter then

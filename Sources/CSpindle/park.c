@@ -520,7 +520,13 @@ void spindle_idle_wake_latch_waiter(spindle_worker *w) {
      * quiescent (everyone parked, nothing queued) while a task is about to resume on it:
      * that would let a shutting-down pool terminate under a running task. */
     pthread_mutex_lock(&idle->lock);
-    if (w->in_sleepers) {
+    /* Only a worker parked in a join wait. The waiter may have seen its latch set on
+     * its own (a spurious wake), left the wait before this call, and parked again in
+     * its main loop: unlisting it then would count a task sleeper that is not one
+     * (task_sleepers wraps, and a shutting-down pool never looks quiescent) and leave
+     * it unparked in the count while it sleeps. The unpark below is then a stale
+     * token, which a parked worker absorbs (spindle_idle_sleep, "still listed"). */
+    if (w->in_sleepers && w->waiting_in_task) {
         unlist_task_sleeper_locked(idle, w);
         w->woken_searching = false;
     }
