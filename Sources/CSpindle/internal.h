@@ -372,6 +372,8 @@ void spindle_report_first_error(_Atomic int *slot, int err);
  * many bytes of their stack are used (SIZE_MAX: from the start, so that tests can run
  * join waits that never steal), and record their deepest join wait. */
 extern _Atomic size_t spindle_test_join_floor;
+/* Tests only: a join setter's pause before it wakes a parked waiter (L2), in ns. */
+extern _Atomic uint64_t spindle_test_latch_wake_delay;
 void spindle_test_record_join_wait(size_t used);
 
 /* ---- join.c ------------------------------------------------------------------------ */

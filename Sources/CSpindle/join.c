@@ -41,6 +41,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 enum { FRAME_INLINE = 0, FRAME_LOCAL = 1, FRAME_REMOTE = 2 };
 
@@ -58,10 +59,17 @@ static void latch_set(_Atomic uint32_t *latch, spindle_worker *waiter) {
      * the waiter's announcement. `waiter` was read before the exchange (L2). */
     if (atomic_exchange_explicit(latch, SPINDLE_LATCH_SET, memory_order_acq_rel) ==
         SPINDLE_LATCH_SLEEPING) {
-        if (waiter)
+        if (waiter) {
+            /* Tests only. Relaxed: see testing.c. */
+            uint64_t delay = atomic_load_explicit(&spindle_test_latch_wake_delay, memory_order_relaxed);
+            if (delay) {
+                struct timespec ts = {(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)};
+                nanosleep(&ts, NULL);
+            }
             spindle_idle_wake_latch_waiter(waiter);
-        else
+        } else {
             spindle_futex_wake(latch, 1);
+        }
     }
 }
 

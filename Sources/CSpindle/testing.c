@@ -140,6 +140,20 @@ size_t spindle_test_pool_placement_bytes(const spindle_pool *pool) {
     return bytes;
 }
 
+_Atomic uint64_t spindle_test_latch_wake_delay;
+
+void spindle_test_set_latch_wake_delay_ns(uint64_t ns) {
+    /* Relaxed: a test sets it before the joins it affects and clears it after. */
+    atomic_store_explicit(&spindle_test_latch_wake_delay, ns, memory_order_relaxed);
+}
+
+uint32_t spindle_test_pool_task_sleepers(spindle_pool *pool) {
+    pthread_mutex_lock(&pool->idle.lock);
+    uint32_t n = pool->idle.task_sleepers;
+    pthread_mutex_unlock(&pool->idle.lock);
+    return n;
+}
+
 _Atomic size_t spindle_test_join_floor;
 _Atomic size_t spindle_test_deepest_join;
 

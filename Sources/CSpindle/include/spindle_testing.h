@@ -38,6 +38,13 @@ void spindle_test_set_join_wait_floor(size_t bytes);
  *  spindle_test_set_join_wait_floor found used when it began to wait. */
 size_t spindle_test_deepest_join_wait(void);
 
+/** While not 0, a join's setter that must wake a worker parked on the latch sleeps this
+ *  long between setting the latch and waking it, so that tests can reach the waiter's
+ *  other ways out of the wait (join.c, L2). */
+void spindle_test_set_latch_wake_delay_ns(uint64_t ns);
+/** The pool's count of workers parked inside a join wait (its idle accounting). */
+uint32_t spindle_test_pool_task_sleepers(spindle_pool *pool);
+
 /** Sends `message` through the engine's diagnostics (log.c), as the engine would. */
 void spindle_test_log(spindle_log_level level, const char *message);
 

@@ -76,6 +76,54 @@ final class ForkJoinTests: XCTestCase {
         XCTAssertLessThan(deepest, floor + (256 << 10), "join waits nested past the floor")
     }
 
+    /// A join's waiter parked on its latch can be woken by something else — here a
+    /// submission — after the thief has set the latch but before the thief wakes it.
+    /// It then leaves the wait, and may park again in its main loop before the thief's
+    /// wake arrives; that wake must not count it out of a join wait it is no longer in
+    /// (join.c, L2). Otherwise the pool's count of workers parked in join waits wraps,
+    /// and the pool never looks idle again: its shutdown hangs.
+    func testAJoinsLateWakeFindsItsWaiterParkedElsewhere() throws {
+        spindle_test_set_latch_wake_delay_ns(2_000_000)
+        defer { spindle_test_set_latch_wake_delay_ns(0) }
+        var c = ThreadPool.Configuration(workers: 2)
+        c.maxSpareWorkers = 0
+        let pool = try ThreadPool(configuration: c)
+        let rounds = DispatchSemaphore(value: 0)
+        Thread {
+            for _ in 0..<Stress.count(20) {
+                let bStarted = Atomic<Bool>(false)
+                let bEnding = DispatchSemaphore(value: 0)
+                Thread {
+                    bEnding.wait()
+                    usleep(500) // into the thief's pause between setting the latch and waking
+                    try? pool.submit {}
+                }.start()
+                pool.run {
+                    // The first half waits until the second is running on the other
+                    // worker, so that this worker's join has to wait for it, and parks.
+                    _ = pool.join({ while !bStarted.load(ordering: .acquiring) {} }, {
+                        bStarted.store(true, ordering: .releasing)
+                        usleep(1_000)
+                        bEnding.signal()
+                    })
+                }
+                // Nothing new until the thief's wake has arrived: the waiter parks in its
+                // main loop meanwhile.
+                usleep(5_000)
+            }
+            rounds.signal()
+        }.start()
+        // A pool whose counts went wrong can stop waking its workers, or never finish
+        // shutting down: it is left behind rather than waited for.
+        guard rounds.wait(timeout: .now() + 30) == .success else {
+            return XCTFail("the joins stopped making progress")
+        }
+        guard eventually(within: 5, { spindle_test_pool_task_sleepers(pool.raw) == 0 }) else {
+            return XCTFail("workers counted parked in join waits: \(spindle_test_pool_task_sleepers(pool.raw))")
+        }
+        try pool.shutdown()
+    }
+
     func testJoinWaitsForTheOtherHalfWhenTheFirstThrows() throws {
         struct Boom: Error {}
         let pool = try ThreadPool(workers: 2)
