@@ -100,9 +100,9 @@
  * workers asleep in a task, not spinning ones.
  *
  * Idle CPU. A parked worker is blocked in FUTEX_WAIT and consumes nothing; a searcher
- * spins for at most `spin_ns` (50 µs by default: on a VM a futex wake's tail reaches
- * tens of microseconds, the `latency` case's p99 in docs/performance.md) and then parks,
- * so a short spin hides the wake for bursts. There are no timers: an
+ * spins for at most `spin_ns` (50 µs by default: on a VM, a wake that has to start a
+ * halted virtual CPU takes tens of microseconds; see "Latency" in docs/performance.md)
+ * and then parks, so a short spin hides the wake for bursts. There are no timers: an
  * idle pool is fully asleep within one spin period.
  */
 #include "internal.h"
@@ -311,9 +311,6 @@ static spindle_worker *wake_locked(spindle_pool *pool, int prefer_cpu, int guest
     /* seq_cst RMW: the woken worker is a searcher from this instant, so no other
      * notifier wakes a second one for the same work (S1, S2). */
     atomic_fetch_add_explicit(&idle->state, SEARCHING_ONE | UNPARKED_ONE, memory_order_seq_cst);
-    /* After the RMW (seq_cst, both): a monitor asleep because every pool was parked
-     * either sees this worker unparked or is poked (spare.c). */
-    spindle_monitor_poke();
     return w;
 }
 
@@ -332,6 +329,20 @@ static bool outranks_caller(spindle_pool *pool) {
     return atomic_load_explicit(&pool->effective_nice, memory_order_relaxed) < caller_nice_plus_64 - 64;
 }
 
+/* Unparks a worker taken off the stack by wake_locked, then pokes the monitor, which
+ * may be asleep because every pool was parked (spare.c): the poke comes after
+ * wake_locked's seq_cst RMW, so the monitor either sees this worker unparked or is
+ * woken. The worker goes first because the kernel places each thread as it wakes:
+ * a monitor woken first is queued on the waker's CPU, and the worker, which would
+ * have run there as soon as the waker blocked, is sent instead to the other CPU,
+ * and when that CPU is idle, waking it is the slowest start there is (on a VM, the
+ * hypervisor has to wake a halted virtual CPU: tens of microseconds). Poking after
+ * the worker costs the monitor, not the task, that placement. */
+static void wake_then_poke(spindle_worker *w) {
+    spindle_parker_unpark(&w->parker);
+    spindle_monitor_poke();
+}
+
 void spindle_wake_one(spindle_pool *pool, bool from_outside) {
     spindle_idle *idle = &pool->idle;
     spindle_worker *w = NULL, *spare = NULL;
@@ -347,7 +358,7 @@ void spindle_wake_one(spindle_pool *pool, bool from_outside) {
             spare = spindle_claim_spare_locked(pool);
     }
     pthread_mutex_unlock(&idle->lock);
-    if (w) spindle_parker_unpark(&w->parker);
+    if (w) wake_then_poke(w);
     if (spare) spindle_start_spare(pool, spare);
 }
 
@@ -358,7 +369,7 @@ void spindle_wake_for_backlog(spindle_pool *pool) {
     pthread_mutex_lock(&idle->lock);
     if (idle->nsleepers > 0) w = wake_locked(pool, -1, guest_cpu);
     pthread_mutex_unlock(&idle->lock);
-    if (w) spindle_parker_unpark(&w->parker);
+    if (w) wake_then_poke(w);
 }
 
 void spindle_notify_all(spindle_pool *pool) {
