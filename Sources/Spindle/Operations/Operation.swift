@@ -338,11 +338,15 @@ open class Operation: @unchecked Sendable {
     }
 
     /// Runs once, after the operation has finished (whether it ran or was cancelled),
-    /// and is then set to nil. It runs after the operation has been retired — its
-    /// dependents released, its queue's counts updated, its waiters woken — as a task
-    /// of its own on a worker of the operation's quality of service, outside any queue
-    /// (``OperationQueue/current`` is nil there), as Foundation runs it on a secondary
-    /// thread. So `waitUntilFinished()` may return before it has run.
+    /// and is then set to nil. It runs as a task of its own on a worker of the
+    /// operation's quality of service, outside any queue (``OperationQueue/current``
+    /// is nil there), as Foundation runs it on a secondary thread, and it starts where
+    /// Foundation starts it: after the dependents that the operation's finish lets
+    /// start at once, and before the next operation its queue starts — on a queue of
+    /// width 1, the next operation starts after the completion block. As with
+    /// Foundation, nothing waits for it to end: dependents, the queue's next
+    /// operation and `waitUntilFinished()` may all go on while it runs, and it may wait
+    /// for any of them.
     open var completionBlock: (@Sendable () -> Void)? {
         get {
             // Through a struct, as in finishProtocol: no re-abstraction.

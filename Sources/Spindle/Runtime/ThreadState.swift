@@ -27,6 +27,15 @@ final class ThreadState {
     /// to run next on this thread instead of submitting it to the pool. Unretained, as
     /// a task is: the runner borrows the queue list's reference (`QueueSync.runState`).
     @exclusivity(unchecked) var chainNext: Unmanaged<Operation>?
+    /// The pool `chainNext` was started on.
+    @exclusivity(unchecked) var chainNextPool: OpaquePointer?
+    /// The completion block of the operation the chain runner has just run, which the
+    /// runner orders against `chainNext` (FinishProtocol.swift, F7). It holds its
+    /// operation. `completionFirst`: the block starts before `chainNext`.
+    @exclusivity(unchecked) var chainCompletion: (@Sendable () -> Void)?
+    @exclusivity(unchecked) var completionFirst = false
+    /// A completion block to submit as the next operation this thread runs starts.
+    @exclusivity(unchecked) var completionOnNextStart: (@Sendable () -> Void)?
     /// The queue and operation this thread is running, as one value.
     var runningContext: (queue: Unmanaged<OperationQueue>?, operation: Unmanaged<Operation>?) {
         (currentQueue, currentOperation)

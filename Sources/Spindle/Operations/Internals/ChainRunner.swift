@@ -15,7 +15,10 @@ import Synchronization
 //     continuation slot instead of a trip through the pool (`runChain`). Only one per
 //     finish, only for this worker's own pool, and only while the finish of the
 //     operation this runner is running is under way; every `chainLength` operations
-//     the runner yields if other work waits for its worker.
+//     the runner yields if other work waits for its worker. The finished operation's
+//     completion block is ordered against the one in the slot here (F7): whichever
+//     starts second goes to the pool as the first starts, so that the two may run
+//     side by side.
 // CR4. The runner's last access to an operation is `runnerDone`; from there the queue's
 //     list may release it.
 
@@ -68,6 +71,27 @@ enum ChainRunner {
                 op.ownerQueue.unsafelyUnwrapped.withGuaranteedReference { $0.run(op) }
             }
             runnerDone(op)
+            // Its completion block, when its finish left it here (FinishProtocol.swift,
+            // F7): whichever of it and the operation in the slot starts second goes to
+            // the pool first, so that it may run beside the other — a completion block
+            // may wait for the operation its finish started, and that operation for
+            // anything.
+            if let completion = ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
+                defer { ts.chainCompletion = nil }
+                return ts.chainCompletion
+            }) {
+                let (first, next, nextPool) = ts.withGuaranteedReference { ts in
+                    (ts.completionFirst, ts.chainNext, ts.chainNextPool)
+                }
+                if first {
+                    ts.withGuaranteedReference { $0.chainNext = nil }
+                    if let next, let nextPool { submitToPool(next.takeUnretainedValue(), pool: nextPool) }
+                    ThreadState.current.withRunningContext((nil, nil), completion)
+                } else {
+                    // Submitted as the dependent in the slot starts (OperationQueue.run).
+                    ts.withGuaranteedReference { $0.completionOnNextStart = completion }
+                }
+            }
             guard let next = ts.withGuaranteedReference({ ts -> Unmanaged<Operation>? in
                 defer { ts.chainNext = nil }
                 return ts.chainNext
@@ -77,6 +101,14 @@ enum ChainRunner {
         ts.withGuaranteedReference { ts in
             ts.chainOpen = saved.0
             ts.chainBudget = saved.1
+        }
+        // Consumed by the start of the operation in the slot, which always follows; a
+        // completion block must never be left behind.
+        if let completion = ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
+            defer { ts.completionOnNextStart = nil }
+            return ts.completionOnNextStart
+        }) {
+            submitCompletion(completion, on: spindle_current_pool()!)
         }
     }
 
@@ -96,12 +128,18 @@ enum ChainRunner {
             }
             ts.chainBudget -= 1
             ts.chainNext = Unmanaged.passUnretained(op) // borrowed, as by a task
+            ts.chainNextPool = pool
             return true
         }
     }
 
     static func submit(_ op: Operation, pool: OpaquePointer) {
         if continueOnThisThread(op, pool: pool) { return }
+        submitToPool(op, pool: pool)
+    }
+
+    /// Submits a started operation to `pool` as a task.
+    static func submitToPool(_ op: Operation, pool: OpaquePointer) {
         // An operation starts once, so its node is submitted once.
         let node = TaskNode.node(of: op)
         node.pointee.run = { task, _ in
@@ -128,6 +166,14 @@ extension OperationQueue {
         }
         op.startedByQueue.store(true, ordering: .releasing)
         if hasProgress.load(ordering: .relaxed) { op.queueSlot.reportsProgress = true }
+        // A completion block that its finish ordered after this operation (F7): to the
+        // pool as this one starts, to run beside it.
+        if let completion = ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
+            defer { ts.completionOnNextStart = nil }
+            return ts.completionOnNextStart
+        }) {
+            ChainRunner.submitCompletion(completion, on: spindle_current_pool()!)
+        }
         op.start()
         // A custom operation that became finished inside `start()` without announcing it
         // is noticed here, as Foundation's queue notices it.
@@ -159,5 +205,18 @@ extension OperationQueue {
         child.becomeCurrent(withPendingUnitCount: 1)
         op.main()
         progressLock.withLock { child.resignCurrent() }
+    }
+}
+
+extension ChainRunner {
+    /// Submits a completion block to `pool` as a task of its own, run outside any
+    /// queue (``OperationQueue/current`` is nil inside it).
+    static func submitCompletion(_ completion: @escaping @Sendable () -> Void, on pool: OpaquePointer) {
+        let task = ClosureTask.make {
+            ThreadState.current.withRunningContext((nil, nil), completion)
+        }
+        let rc = spindle_submit_task(pool, task)
+        // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool).
+        precondition(rc == 0, "Spindle: a process-wide pool refused a completion block (engine bug, rc \(rc))")
     }
 }

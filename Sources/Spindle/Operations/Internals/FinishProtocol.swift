@@ -18,7 +18,10 @@ import Synchronization
 // F6. `finishCompleted` is set, and then the waiters are released: a returning
 //     `waitUntilFinished` implies F2-F5 have happened.
 // F7. The completion block runs as a task of its own, on a worker of the operation's
-//     class, outside any queue.
+//     class, outside any queue. Its place among what the finish starts is
+//     Foundation's: after the dependents that can start at once (F3), before what the
+//     queue starts once it counts the operation finished (F4), so the next operation
+//     of a serial queue starts after it. Nothing waits for it to end.
 //
 // Two flags let an operation that nobody waits on or depends on skip the lock, each
 // a Dekker pair with sequentially consistent accesses on both sides:
@@ -94,6 +97,32 @@ extension Operation {
         // Where the completion block will run, read while the queue is certainly alive.
         let completionPool = handOff.completion == nil ? nil : QoSPools.engine(
             for: effectiveQoS(queueDefault: queue?.withGuaranteedReference { $0.qualityOfService } ?? .default))
+        // F7's place: after the dependents that could start at once (above), before what
+        // the queue starts once it counts this operation finished (below), so that the
+        // next operation of a serial queue starts after the completion block, as
+        // Foundation orders them. On this thread's chain runner the runner orders the
+        // two (ChainRunner.runChain): a dependent already in the continuation slot
+        // first, else the block first. Otherwise the block is queued now when it goes
+        // to an injector (first in, first out), and after the queue has started its
+        // next operation when it goes on this worker's own deque, whose owner takes the
+        // newest first.
+        let completionOnThisWorker = completionPool != nil && spindle_current_pool() == completionPool
+        var completionQueuedLast = false
+        if let completion = handOff.completion, let completionPool {
+            if chained && completionOnThisWorker {
+                ts.withGuaranteedReference { ts in
+                    ts.completionFirst = ts.chainNext == nil
+                    ts.chainCompletion = { [self] in
+                        completion()
+                        withExtendedLifetime(self) {}
+                    }
+                }
+            } else if completionOnThisWorker {
+                completionQueuedLast = true
+            } else {
+                runCompletionBlock(completion, on: completionPool)
+            }
+        }
         // The queue is alive: it has not counted this operation finished (and holds
         // itself until it has). `operationFinished` may free it.
         queue?.withGuaranteedReference { $0.operationFinished(self) }
@@ -115,7 +144,7 @@ extension Operation {
             }
             for w in waiters { w.signal() }
         }
-        if let completion = handOff.completion, let completionPool {
+        if completionQueuedLast, let completion = handOff.completion, let completionPool {
             runCompletionBlock(completion, on: completionPool)
         }
     }
@@ -132,21 +161,16 @@ extension Operation {
         return last && d.queueSync.word.load(ordering: .acquiring) != 0 && !d.finishHandled.load(ordering: .acquiring)
     }
 
-    /// Runs the completion block after the operation has been retired: dependents
-    /// released, its queue told, waiters woken. As with Foundation, it runs as a task of
-    /// its own (on a worker of the operation's class), not on the thread that finished
-    /// the operation, outside any queue: inside it ``OperationQueue/current`` is nil
-    /// (on a worker), and it may wait for its operation, a dependent, or the queue —
-    /// even a serial queue it adds an operation to — without deadlocking the finish it
-    /// would otherwise be part of. The task holds the operation, so a block that
-    /// captures it `unowned` finds it alive.
+    /// Queues the completion block as a task of its own, on a worker of the
+    /// operation's class: not on the thread that finished the operation, and outside
+    /// any queue — inside it ``OperationQueue/current`` is nil — so it may wait for its
+    /// operation, a dependent, or the queue, even a serial queue it adds an operation
+    /// to, without deadlocking the finish it would otherwise be part of. The task holds
+    /// the operation, so a block that captures it `unowned` finds it alive.
     func runCompletionBlock(_ completion: @escaping @Sendable () -> Void, on pool: OpaquePointer) {
-        let task = ClosureTask.make { [self] in
-            ThreadState.current.withRunningContext((nil, nil), completion)
+        ChainRunner.submitCompletion({ [self] in
+            completion()
             withExtendedLifetime(self) {}
-        }
-        let rc = spindle_submit_task(pool, task)
-        // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool).
-        precondition(rc == 0, "Spindle: a process-wide pool refused a completion block (engine bug, rc \(rc))")
+        }, on: pool)
     }
 }
