@@ -237,6 +237,11 @@ struct spindle_worker {
     bool waiting_in_task;    /* parked inside a join wait, not in the main loop      */
     int32_t waker_cpu;       /* set by the waker: its CPU if it is outside the pool and
                                 outranked by the worker (G1), else -1               */
+    int32_t pusher_cpu;      /* set by the waker: its CPU if it is a worker of this pool
+                                that pushed work on its deque (G2), else -1         */
+    /* Relaxed, read by its siblings (G2): the CPU it found itself on when it last woke,
+     * -1 while parked. Written by its own thread only. */
+    _Atomic int32_t cpu_hint;
     SPINDLE_ALIGNED spindle_parker parker;
     spindle_counters counters;
     pthread_t thread;
@@ -301,6 +306,10 @@ struct spindle_pool {
     _Atomic uint32_t spares_running;
     /* The monitor's registry of pools (spare.c), under its lock. */
     spindle_pool *monitor_next;
+    /* G2 (park.c): when a worker last moved itself off its waker's CPU (ns, relaxed:
+     * a rate limit), and how many times one has (tests). */
+    _Atomic uint64_t spread_at;
+    _Atomic uint32_t spreads;
     uint32_t deque_capacity;
     uint64_t spin_ns;
     int32_t requested_nice;
@@ -405,6 +414,17 @@ void spindle_wake_for_backlog(spindle_pool *pool);
 
 /* Makes sure someone will look at work the caller has just published: step b/c of
  * park.c's Dekker pairing. Inline: it runs on every local spawn. */
+void spindle_wake_one_for_push(spindle_pool *pool);
+
+/* notify_one for a worker that has just pushed work on its own deque: the same, except
+ * that the sleeper it wakes moves off the pusher's CPU if it lands there (G2). */
+static inline void spindle_notify_one_after_local_push(spindle_pool *pool) {
+    /* Step b, as in spindle_notify_one. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
+        spindle_wake_one_for_push(pool);
+}
+
 static inline void spindle_notify_one(spindle_pool *pool) {
     /* Step b: the caller has just published work; order that store before our load of
      * the state. */
@@ -483,6 +503,9 @@ void spindle_monitor_register(spindle_pool *pool);
 void spindle_monitor_unregister(spindle_pool *pool);
 /* A parked worker is being woken: a sleeping monitor starts watching again. */
 void spindle_monitor_poke(void);
+/* G2 (park.c): called by worker `w`, woken by a sibling's push, on finding itself on the
+ * pusher's CPU `cpu`; returns the CPU it is on afterwards. */
+int spindle_worker_spread(spindle_worker *w, int cpu);
 
 /* ---- affinity.c -------------------------------------------------------------------- */
 /* The largest CPU id + 1 Spindle handles; masks are CPU_ALLOC(SPINDLE_MAX_CPUS). */

@@ -85,6 +85,27 @@
  * any length, down to the configurable minimum, is covered by the argument above.
  * `waker_cpu` is written by the waker under `lock` and read by the wakee under it.
  *
+ * Spreading (G2). A worker that pushes work on its own deque — a fork, a parallel
+ * loop's helpers, a task spawned by a task — and wakes a sleeper to steal it means the
+ * two to run in parallel. The kernel places the woken thread as it wakes, and when the
+ * other CPUs look busy at that instant (the thread that started the burst has not
+ * blocked yet) it puts it beside its waker. Its balancing would move one of the two to
+ * a CPU that then goes idle, but not soon: both have just run, so both count as cache
+ * hot, and a burst of forked work is over before the balancer gives up on that. A
+ * fork-join burst then runs at half speed on two CPUs from start to end, which on a
+ * small VM is a common outcome, not a rare one. So a worker woken by a sibling's push that finds itself on that
+ * sibling's CPU moves itself, with two sched_setaffinity calls (restrict, then restore),
+ * to the next CPU it may use on which no unparked sibling last woke (`cpu_hint`), if
+ * there is one. A worker pinned to one CPU stays. The move costs a migration, tens of
+ * microseconds, so a pool makes at most one per 10 ms (`spread_at`): a burst needs one,
+ * and anything longer-lived the kernel's balancing sorts out. Rejected: spreading on
+ * every wake by a sibling (S2's, a batch's). Those come from workers draining work
+ * submitted from outside, on CPUs shared with the submitting threads, and moving a
+ * worker there lands it beside one of those instead, which slows the hand-offs more
+ * than the move gains (docs/performance.md, "Spreading"). And pinning each worker to a CPU of its own,
+ * which prevents the collision outright, is `Pinning.core`, not the default, for the
+ * reason its documentation gives.
+ *
  * Wakes on busy CPUs. When every CPU is busy — a server's event loops and this pool's
  * workers together outnumber the CPUs, or another process holds one — a wake-up made
  * for parallelism (S2's, or a worker's after taking a batch from the injector) puts the
@@ -299,14 +320,16 @@ static uint32_t pick_sleeper_locked(spindle_pool *pool, int prefer_cpu) {
 /* Takes a sleeper off the stack as a searcher and does its accounting. Under the lock,
  * with nsleepers > 0. `prefer_cpu`: pick the sleeper pinned to that CPU, if any (-1:
  * the most recent sleeper). `guest_cpu`: the CPU on which the woken worker would be a
- * guest (G1), or -1. */
-static spindle_worker *wake_locked(spindle_pool *pool, int prefer_cpu, int guest_cpu) {
+ * guest (G1), or -1. `pusher_cpu`: the CPU of the worker whose push made the wake (G2),
+ * or -1. */
+static spindle_worker *wake_locked(spindle_pool *pool, int prefer_cpu, int guest_cpu, int pusher_cpu) {
     spindle_idle *idle = &pool->idle;
     uint32_t i = pick_sleeper_locked(pool, prefer_cpu);
     spindle_worker *w = pool->workers[i];
     w->in_sleepers = false;
     w->woken_searching = true;
     w->waker_cpu = guest_cpu;
+    w->pusher_cpu = pusher_cpu;
     if (w->waiting_in_task) idle->task_sleepers--;
     /* seq_cst RMW: the woken worker is a searcher from this instant, so no other
      * notifier wakes a second one for the same work (S1, S2). */
@@ -343,17 +366,19 @@ static void wake_then_poke(spindle_worker *w) {
     spindle_monitor_poke();
 }
 
-void spindle_wake_one(spindle_pool *pool, bool from_outside) {
+/* spindle_wake_one and spindle_wake_one_for_push. */
+static void wake_one(spindle_pool *pool, bool from_outside, bool from_push) {
     spindle_idle *idle = &pool->idle;
     spindle_worker *w = NULL, *spare = NULL;
     bool guest = from_outside && outranks_caller(pool);
-    int cpu = guest || (from_outside && pool->pinned_per_cpu) ? sched_getcpu() : -1;
+    int cpu = guest || (from_outside && pool->pinned_per_cpu) || from_push ? sched_getcpu() : -1;
     int guest_cpu = guest ? cpu : -1;
+    int pusher_cpu = from_push ? cpu : -1;
     pthread_mutex_lock(&idle->lock);
     /* Re-check under the lock: the counts only change in our favour under it. */
     if (spindle_should_wake(idle, atomic_load_explicit(&idle->state, memory_order_relaxed))) {
         if (idle->nsleepers > 0)
-            w = wake_locked(pool, cpu, guest_cpu);
+            w = wake_locked(pool, from_push ? -1 : cpu, guest_cpu, pusher_cpu);
         else /* nobody parked: workers are blocked in tasks (spare.c) */
             spare = spindle_claim_spare_locked(pool);
     }
@@ -362,12 +387,20 @@ void spindle_wake_one(spindle_pool *pool, bool from_outside) {
     if (spare) spindle_start_spare(pool, spare);
 }
 
+void spindle_wake_one(spindle_pool *pool, bool from_outside) { wake_one(pool, from_outside, false); }
+
+void spindle_wake_one_for_push(spindle_pool *pool) {
+    /* A spare pushes to the injector, not its deque (spare.c); and only a worker of this
+     * pool pushes on a deque of it. */
+    wake_one(pool, false, true);
+}
+
 void spindle_wake_for_backlog(spindle_pool *pool) {
     spindle_idle *idle = &pool->idle;
     spindle_worker *w = NULL;
     int guest_cpu = outranks_caller(pool) ? sched_getcpu() : -1;
     pthread_mutex_lock(&idle->lock);
-    if (idle->nsleepers > 0) w = wake_locked(pool, -1, guest_cpu);
+    if (idle->nsleepers > 0) w = wake_locked(pool, -1, guest_cpu, -1);
     pthread_mutex_unlock(&idle->lock);
     if (w) wake_then_poke(w);
 }
@@ -455,6 +488,9 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
     idle->sleepers[idle->nsleepers++] = w->index;
     w->in_sleepers = true;
     w->waker_cpu = -1; /* until a waker from outside the pool says otherwise (G1) */
+    w->pusher_cpu = -1; /* until a pushing sibling says otherwise (G2) */
+    /* Relaxed: a hint for siblings (G2). */
+    atomic_store_explicit(&w->cpu_hint, -1, memory_order_relaxed);
     w->waiting_in_task = latch != NULL;
     if (latch) idle->task_sleepers++;
     if (!latch && quiescent_locked(pool)) {
@@ -501,12 +537,18 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
         pthread_mutex_lock(&idle->lock);
         bool still_listed = w->in_sleepers;
         int waker_cpu = w->waker_cpu;
+        int pusher_cpu = w->pusher_cpu;
         pthread_mutex_unlock(&idle->lock);
         if (!still_listed) {
             /* A waker took us off the list and did the accounting for us. */
             w->searching = w->woken_searching;
+            int cpu = sched_getcpu();
             /* G1: are we sharing a CPU with the outside thread that woke us? */
-            w->guest = waker_cpu >= 0 && sched_getcpu() == waker_cpu;
+            w->guest = waker_cpu >= 0 && cpu == waker_cpu;
+            /* G2: with the sibling that pushed the work we were woken for? */
+            if (pusher_cpu >= 0 && cpu == pusher_cpu) cpu = spindle_worker_spread(w, cpu);
+            /* Relaxed: a hint for siblings (G2). */
+            atomic_store_explicit(&w->cpu_hint, cpu, memory_order_relaxed);
             return true;
         }
         /* Still listed: a spurious wake, a stale token, or (join waits) a latch that was

@@ -218,6 +218,9 @@ static spindle_worker *create_worker(spindle_pool *pool, bool planned, uint32_t 
     size_t skip = (SPINDLE_CACHELINE - (uintptr_t)block % SPINDLE_CACHELINE) % SPINDLE_CACHELINE;
     spindle_worker *w = (spindle_worker *)(void *)(block + skip);
     memset(w, 0, sizeof *w);
+    w->waker_cpu = -1;
+    w->pusher_cpu = -1;
+    atomic_init(&w->cpu_hint, -1);
     w->block = block;
     w->block_bytes = bytes;
     w->mem_node = mem_node;

@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -152,6 +153,33 @@ uint32_t spindle_test_pool_task_sleepers(spindle_pool *pool) {
     uint32_t n = pool->idle.task_sleepers;
     pthread_mutex_unlock(&pool->idle.lock);
     return n;
+}
+
+int spindle_test_confine_workers(spindle_pool *pool, int cpu) {
+    size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
+    cpu_set_t *set = CPU_ALLOC(SPINDLE_MAX_CPUS);
+    if (!set) return ENOMEM;
+    int rc = 0;
+    for (uint32_t i = 0; i < pool->nworkers && rc == 0; i++) {
+        spindle_worker *w = pool->workers[i];
+        CPU_ZERO_S(size, set);
+        if (cpu >= 0) {
+            CPU_SET_S((size_t)cpu, size, set);
+        } else if (w->npin > 0) {
+            for (uint32_t k = 0; k < w->npin; k++) CPU_SET_S((size_t)w->pin[k], size, set);
+        } else if (pool->affinity) {
+            memcpy(set, pool->affinity, size);
+        }
+        /* Relaxed: the id was stored before the pool's creation returned. */
+        pid_t tid = atomic_load_explicit(&w->tid, memory_order_relaxed);
+        if (sched_setaffinity(tid, size, set) != 0) rc = errno;
+    }
+    CPU_FREE(set);
+    return rc;
+}
+
+uint32_t spindle_test_pool_spreads(spindle_pool *pool) {
+    return atomic_load_explicit(&pool->spreads, memory_order_relaxed);
 }
 
 _Atomic size_t spindle_test_join_floor;

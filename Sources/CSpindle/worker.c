@@ -93,7 +93,7 @@ void spindle_worker_push(spindle_worker *w, spindle_task *t) {
     }
     uint32_t moved = spindle_deque_push(&w->deque, t, &w->pool->injector);
     if (moved) bump(&w->counters.overflowed, moved);
-    spindle_notify_one(w->pool);
+    spindle_notify_one_after_local_push(w->pool);
 }
 
 static spindle_task *poll_injector(spindle_worker *w) {
@@ -369,6 +369,63 @@ static void apply_pinning(spindle_worker *w) {
     int rc = pthread_setaffinity_np(pthread_self(), size, set);
     CPU_FREE(set);
     if (rc) spindle_report_first_error(&w->pool->pin_error, rc);
+}
+
+/* G2 (park.c): at most one worker of a pool moves itself per this interval. */
+#define SPREAD_INTERVAL_NS 10000000ull
+
+int spindle_worker_spread(spindle_worker *w, int cpu) {
+    if (w->npin == 1 || cpu < 0 || cpu >= SPINDLE_MAX_CPUS) return cpu; /* pinned: stays */
+    spindle_pool *pool = w->pool;
+    /* The rate limit first: one clock read, and a CAS that only one worker wins. */
+    uint64_t now = spindle_now_ns();
+    uint64_t last = atomic_load_explicit(&pool->spread_at, memory_order_relaxed);
+    if (now - last < SPREAD_INTERVAL_NS ||
+        !atomic_compare_exchange_strong_explicit(&pool->spread_at, &last, now, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return cpu;
+    size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
+    cpu_set_t *allowed = CPU_ALLOC(SPINDLE_MAX_CPUS), *busy = CPU_ALLOC(SPINDLE_MAX_CPUS);
+    if (!allowed || !busy) goto out;
+    /* Where it may run: its plan's CPUs (a node's), or, unpinned, the CPUs the pool was
+     * planned for (fixed at creation). */
+    CPU_ZERO_S(size, allowed);
+    if (w->npin > 0) {
+        for (uint32_t k = 0; k < w->npin; k++)
+            if (w->pin[k] >= 0 && w->pin[k] < SPINDLE_MAX_CPUS) CPU_SET_S((size_t)w->pin[k], size, allowed);
+    } else if (pool->affinity) {
+        memcpy(allowed, pool->affinity, size);
+    } else {
+        goto out;
+    }
+    /* Where its unparked siblings last woke (relaxed hints: a stale one costs a move to
+     * a CPU that turns out shared, which the kernel's balancing then sorts out). */
+    CPU_ZERO_S(size, busy);
+    CPU_SET_S((size_t)cpu, size, busy);
+    for (uint32_t i = 0; i < pool->nworkers; i++) {
+        int32_t c = atomic_load_explicit(&pool->workers[i]->cpu_hint, memory_order_relaxed);
+        if (pool->workers[i] != w && c >= 0 && c < SPINDLE_MAX_CPUS) CPU_SET_S((size_t)c, size, busy);
+    }
+    /* The first free CPU after this one, wrapping, so that moves do not all pile onto
+     * the lowest-numbered CPU. */
+    for (int k = 1; k < SPINDLE_MAX_CPUS; k++) {
+        int c = (cpu + k) % SPINDLE_MAX_CPUS;
+        if (!CPU_ISSET_S((size_t)c, size, allowed) || CPU_ISSET_S((size_t)c, size, busy)) continue;
+        /* Restricting the thread to `c` moves it there now; restoring the mask leaves it
+         * there, free to be moved again by the kernel. */
+        CPU_ZERO_S(size, busy);
+        CPU_SET_S((size_t)c, size, busy);
+        if (sched_setaffinity(0, size, busy) == 0) {
+            sched_setaffinity(0, size, allowed);
+            atomic_fetch_add_explicit(&pool->spreads, 1, memory_order_relaxed);
+            cpu = c;
+        }
+        break;
+    }
+out:
+    if (allowed) CPU_FREE(allowed);
+    if (busy) CPU_FREE(busy);
+    return cpu;
 }
 
 /* W4: sets w->steal_floor, the address below which this thread's stack is more than half

@@ -45,6 +45,12 @@ void spindle_test_set_latch_wake_delay_ns(uint64_t ns);
 /** The pool's count of workers parked inside a join wait (its idle accounting). */
 uint32_t spindle_test_pool_task_sleepers(spindle_pool *pool);
 
+/** Restricts every regular worker of `pool` to `cpu` (-1: back to what its plan
+ *  allows), as the kernel's placement might leave them all on one CPU. 0, or an errno. */
+int spindle_test_confine_workers(spindle_pool *pool, int cpu);
+/** How many times a worker of `pool` has moved itself off its pusher's CPU (park.c, G2). */
+uint32_t spindle_test_pool_spreads(spindle_pool *pool);
+
 /** Sends `message` through the engine's diagnostics (log.c), as the engine would. */
 void spindle_test_log(spindle_log_level level, const char *message);
 

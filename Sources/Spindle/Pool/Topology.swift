@@ -151,7 +151,10 @@ extension ThreadPool {
     /// How workers are tied to CPUs.
     public enum Pinning: Sendable {
         /// Each worker may run on any CPU of its NUMA node (the default). The kernel
-        /// can move a worker off a CPU that other threads keep busy.
+        /// can move a worker off a CPU that other threads keep busy; and a worker woken
+        /// to steal forked work that the kernel places beside the worker that forked
+        /// it moves itself to a CPU of the node where no other worker of its pool runs
+        /// (at most one such move per pool every 10 ms).
         case node
         /// Each worker is pinned to one CPU: for machines whose CPUs the pool has to
         /// itself. A pinned worker cannot leave a CPU that another busy thread shares
@@ -159,7 +162,7 @@ extension ThreadPool {
         /// milliseconds) at a time, and the tasks it has taken wait with it until an
         /// idle worker steals them.
         case core
-        /// Workers may run anywhere the process may.
+        /// Workers may run anywhere the process may (and move as with ``node``).
         case none
 
         var engineValue: spindle_pinning {

@@ -85,6 +85,31 @@ final class ConfigurationEdgeTests: XCTestCase {
 
 /// Whose CPUs a pool runs on.
 final class PlacementTests: XCTestCase {
+    /// A burst of forked work can find the kernel's placement with every worker on one
+    /// CPU: the woken worker lands beside the one whose push woke it while the other
+    /// CPUs look busy. Found there, it moves to a CPU where no worker of its pool runs
+    /// (park.c, G2), and the burst runs in parallel.
+    func testAWorkerWokenOntoItsPushersCPUMovesToAFreeOne() throws {
+        let usable = ProcessInfo.processInfo.activeProcessorCount
+        try XCTSkipIf(usable < 2, "needs two CPUs")
+        let pool = try ThreadPool(workers: 2)
+        defer { try? pool.shutdown() }
+        // Parked, then confined to CPU 0: whoever wakes them, they wake there.
+        XCTAssertTrue(eventually(within: 5, { spindle_pool_parked(pool.raw) == 2 }))
+        XCTAssertEqual(spindle_test_confine_workers(pool.raw, 0), 0)
+        defer { _ = spindle_test_confine_workers(pool.raw, -1) }
+        let cpus = Mutex<Set<Int32>>([])
+        let half: @Sendable () -> Void = {
+            cpus.locked { _ = $0.insert(spindle_test_current_cpu()) }
+            // Busy, not asleep: the monitor must not take either worker for blocked.
+            let end = DispatchTime.now().uptimeNanoseconds + 20_000_000
+            while DispatchTime.now().uptimeNanoseconds < end {}
+        }
+        pool.run { _ = pool.join(half, half) }
+        XCTAssertEqual(spindle_test_pool_spreads(pool.raw), 1)
+        XCTAssertEqual(cpus.locked { $0 }.count, 2, "both halves ran on one CPU")
+    }
+
     /// An event-loop thread pinned to one CPU that touches a process-wide pool first
     /// must not leave it with one worker on that CPU.
     func testAProcessWidePoolCreatedByAPinnedThreadUsesTheProcesssCPUs() throws {
