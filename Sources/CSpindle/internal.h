@@ -414,6 +414,16 @@ void spindle_wake_for_backlog(spindle_pool *pool);
 
 /* Makes sure someone will look at work the caller has just published: step b/c of
  * park.c's Dekker pairing. Inline: it runs on every local spawn. */
+static inline void spindle_notify_one(spindle_pool *pool) {
+    /* Step b: the caller has just published work; order that store before our load of
+     * the state. */
+    atomic_thread_fence(memory_order_seq_cst);
+    /* Relaxed after the fence: the fence provides the ordering. Fast path: someone is
+     * searching or nobody is parked — no lock, no syscall. */
+    if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
+        spindle_wake_one(pool, false);
+}
+
 void spindle_wake_one_for_push(spindle_pool *pool);
 
 /* notify_one for a worker that has just pushed work on its own deque: the same, except
@@ -423,16 +433,6 @@ static inline void spindle_notify_one_after_local_push(spindle_pool *pool) {
     atomic_thread_fence(memory_order_seq_cst);
     if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
         spindle_wake_one_for_push(pool);
-}
-
-static inline void spindle_notify_one(spindle_pool *pool) {
-    /* Step b: the caller has just published work; order that store before our load of
-     * the state. */
-    atomic_thread_fence(memory_order_seq_cst);
-    /* Relaxed after the fence: the fence provides the ordering. Fast path: someone is
-     * searching or nobody is parked — no lock, no syscall. */
-    if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
-        spindle_wake_one(pool, false);
 }
 
 /* notify_one for a caller whose last publishing step was spindle_injector_push (a

@@ -88,23 +88,24 @@
  * Spreading (G2). A worker that pushes work on its own deque — a fork, a parallel
  * loop's helpers, a task spawned by a task — and wakes a sleeper to steal it means the
  * two to run in parallel. The kernel places the woken thread as it wakes, and when the
- * other CPUs look busy at that instant (the thread that started the burst has not
- * blocked yet) it puts it beside its waker. Its balancing would move one of the two to
- * a CPU that then goes idle, but not soon: both have just run, so both count as cache
- * hot, and a burst of forked work is over before the balancer gives up on that. A
- * fork-join burst then runs at half speed on two CPUs from start to end, which on a
- * small VM is a common outcome, not a rare one. So a worker woken by a sibling's push that finds itself on that
- * sibling's CPU moves itself, with two sched_setaffinity calls (restrict, then restore),
- * to the next CPU it may use on which no unparked sibling last woke (`cpu_hint`), if
- * there is one. A worker pinned to one CPU stays. The move costs a migration, tens of
- * microseconds, so a pool makes at most one per 10 ms (`spread_at`): a burst needs one,
- * and anything longer-lived the kernel's balancing sorts out. Rejected: spreading on
- * every wake by a sibling (S2's, a batch's). Those come from workers draining work
- * submitted from outside, on CPUs shared with the submitting threads, and moving a
- * worker there lands it beside one of those instead, which slows the hand-offs more
- * than the move gains (docs/performance.md, "Spreading"). And pinning each worker to a CPU of its own,
- * which prevents the collision outright, is `Pinning.core`, not the default, for the
- * reason its documentation gives.
+ * other CPUs look busy at that instant (the thread that started the burst, say, has
+ * not blocked yet) it may put it beside its waker. Its balancing would move one of the
+ * two to a CPU that then goes idle, but not soon: both have just run, so both count as
+ * cache hot, and a burst of forked work is over before the balancer gives up on that.
+ * The burst then runs at half speed on two CPUs from start to end, which on a small VM
+ * is a common outcome, not a rare one. So a worker woken by a sibling's push that
+ * finds itself on that sibling's CPU moves itself, with two sched_setaffinity calls
+ * (restrict, then restore), to the next CPU it may use on which no unparked sibling
+ * last woke (`cpu_hint`), if there is one. A worker pinned to one CPU stays. The move
+ * costs two system calls and a migration, so a pool makes at most one per 10 ms
+ * (`spread_at`): a burst needs one, and anything longer-lived the kernel's balancing
+ * sorts out. Rejected: spreading on every wake by a sibling (S2's, a batch's). Those
+ * come from workers draining work submitted from outside, on CPUs shared with the
+ * submitting threads, and moving a worker there lands it beside one of those instead,
+ * which slows the hand-offs more than the move gains (docs/performance.md,
+ * "Spreading"). And pinning each worker to a CPU of its own, which prevents the
+ * collision outright, is `Pinning.core`, not the default, for the reason its
+ * documentation gives.
  *
  * Wakes on busy CPUs. When every CPU is busy — a server's event loops and this pool's
  * workers together outnumber the CPUs, or another process holds one — a wake-up made
