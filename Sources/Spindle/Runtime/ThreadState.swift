@@ -29,12 +29,12 @@ final class ThreadState {
     @exclusivity(unchecked) var chainNext: Unmanaged<Operation>?
     /// The pool `chainNext` was started on.
     @exclusivity(unchecked) var chainNextPool: OpaquePointer?
-    /// The completion block of the operation the chain runner has just run, which the
-    /// runner orders against `chainNext` (FinishProtocol.swift, F7). It holds its
-    /// operation. `completionFirst`: the block starts before `chainNext`.
+    /// The completion block of the operation the chain runner has just run, for the
+    /// runner to start before `chainNext` (FinishProtocol.swift, F7). It holds its
+    /// operation.
     @exclusivity(unchecked) var chainCompletion: (@Sendable () -> Void)?
-    @exclusivity(unchecked) var completionFirst = false
-    /// A completion block to submit as the next operation this thread runs starts.
+    /// A completion block to submit as `chainNext`, a dependent that took the slot
+    /// first, starts (F7). It holds its operation.
     @exclusivity(unchecked) var completionOnNextStart: (@Sendable () -> Void)?
     /// The queue and operation this thread is running, as one value.
     var runningContext: (queue: Unmanaged<OperationQueue>?, operation: Unmanaged<Operation>?) {

@@ -71,26 +71,21 @@ enum ChainRunner {
                 op.ownerQueue.unsafelyUnwrapped.withGuaranteedReference { $0.run(op) }
             }
             runnerDone(op)
-            // Its completion block, when its finish left it here (FinishProtocol.swift,
-            // F7): whichever of it and the operation in the slot starts second goes to
-            // the pool first, so that it may run beside the other — a completion block
+            // Its completion block, when its finish left it here to start before the
+            // operation in the slot (FinishProtocol.swift, F7): that operation goes to
+            // the pool first, so that it may run beside the block — a completion block
             // may wait for the operation its finish started, and that operation for
             // anything.
             if let completion = ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
                 defer { ts.chainCompletion = nil }
                 return ts.chainCompletion
             }) {
-                let (first, next, nextPool) = ts.withGuaranteedReference { ts in
-                    (ts.completionFirst, ts.chainNext, ts.chainNextPool)
+                let (next, nextPool) = ts.withGuaranteedReference { ts in
+                    defer { ts.chainNext = nil }
+                    return (ts.chainNext, ts.chainNextPool)
                 }
-                if first {
-                    ts.withGuaranteedReference { $0.chainNext = nil }
-                    if let next, let nextPool { submitToPool(next.takeUnretainedValue(), pool: nextPool) }
-                    ThreadState.current.withRunningContext((nil, nil), completion)
-                } else {
-                    // Submitted as the dependent in the slot starts (OperationQueue.run).
-                    ts.withGuaranteedReference { $0.completionOnNextStart = completion }
-                }
+                if let next, let nextPool { submitToPool(next.takeUnretainedValue(), pool: nextPool) }
+                ThreadState.current.withRunningContext((nil, nil), completion)
             }
             guard let next = ts.withGuaranteedReference({ ts -> Unmanaged<Operation>? in
                 defer { ts.chainNext = nil }
@@ -102,8 +97,15 @@ enum ChainRunner {
             ts.chainOpen = saved.0
             ts.chainBudget = saved.1
         }
-        // Consumed by the start of the operation in the slot, which always follows; a
+        // Taken by the start of the operation in the slot, which always follows; a
         // completion block must never be left behind.
+        submitCompletionOnNextStart(ts)
+    }
+
+    /// Submits the completion block that a finish on this worker ordered after the
+    /// operation in the continuation slot (FinishProtocol.swift, F7), if there is one:
+    /// called as that operation starts, so that the two may run side by side.
+    static func submitCompletionOnNextStart(_ ts: Unmanaged<ThreadState>) {
         if let completion = ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
             defer { ts.completionOnNextStart = nil }
             return ts.completionOnNextStart
@@ -166,14 +168,7 @@ extension OperationQueue {
         }
         op.startedByQueue.store(true, ordering: .releasing)
         if hasProgress.load(ordering: .relaxed) { op.queueSlot.reportsProgress = true }
-        // A completion block that its finish ordered after this operation (F7): to the
-        // pool as this one starts, to run beside it.
-        if let completion = ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
-            defer { ts.completionOnNextStart = nil }
-            return ts.completionOnNextStart
-        }) {
-            ChainRunner.submitCompletion(completion, on: spindle_current_pool()!)
-        }
+        ChainRunner.submitCompletionOnNextStart(ts)
         op.start()
         // A custom operation that became finished inside `start()` without announcing it
         // is noticed here, as Foundation's queue notices it.

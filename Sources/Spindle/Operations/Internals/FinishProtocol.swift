@@ -110,12 +110,9 @@ extension Operation {
         var completionQueuedLast = false
         if let completion = handOff.completion, let completionPool {
             if chained && completionOnThisWorker {
+                let holding = holdingSelf(completion)
                 ts.withGuaranteedReference { ts in
-                    ts.completionFirst = ts.chainNext == nil
-                    ts.chainCompletion = { [self] in
-                        completion()
-                        withExtendedLifetime(self) {}
-                    }
+                    if ts.chainNext == nil { ts.chainCompletion = holding } else { ts.completionOnNextStart = holding }
                 }
             } else if completionOnThisWorker {
                 completionQueuedLast = true
@@ -168,9 +165,14 @@ extension Operation {
     /// to, without deadlocking the finish it would otherwise be part of. The task holds
     /// the operation, so a block that captures it `unowned` finds it alive.
     func runCompletionBlock(_ completion: @escaping @Sendable () -> Void, on pool: OpaquePointer) {
-        ChainRunner.submitCompletion({ [self] in
+        ChainRunner.submitCompletion(holdingSelf(completion), on: pool)
+    }
+
+    /// `completion`, holding the operation until it has run.
+    private func holdingSelf(_ completion: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+        { [self] in
             completion()
             withExtendedLifetime(self) {}
-        }, on: pool)
+        }
     }
 }
