@@ -506,6 +506,10 @@ void spindle_monitor_poke(void);
 /* G2 (park.c): called by worker `w`, woken by a sibling's push, on finding itself on the
  * pusher's CPU `cpu`; returns the CPU it is on afterwards. */
 int spindle_worker_spread(spindle_worker *w, int cpu);
+/* The CPUs worker `w` may run on, into `set` (CPU_ALLOC(SPINDLE_MAX_CPUS)): its plan's
+ * (one CPU, or a node's), or, unpinned, those the pool was planned for. False when
+ * unpinned and the pool has no record of those. */
+bool spindle_worker_cpus(const spindle_worker *w, cpu_set_t *set);
 
 /* ---- affinity.c -------------------------------------------------------------------- */
 /* The largest CPU id + 1 Spindle handles; masks are CPU_ALLOC(SPINDLE_MAX_CPUS). */

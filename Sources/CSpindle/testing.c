@@ -11,7 +11,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -162,13 +161,11 @@ int spindle_test_confine_workers(spindle_pool *pool, int cpu) {
     int rc = 0;
     for (uint32_t i = 0; i < pool->nworkers && rc == 0; i++) {
         spindle_worker *w = pool->workers[i];
-        CPU_ZERO_S(size, set);
         if (cpu >= 0) {
+            CPU_ZERO_S(size, set);
             CPU_SET_S((size_t)cpu, size, set);
-        } else if (w->npin > 0) {
-            for (uint32_t k = 0; k < w->npin; k++) CPU_SET_S((size_t)w->pin[k], size, set);
-        } else if (pool->affinity) {
-            memcpy(set, pool->affinity, size);
+        } else if (!spindle_worker_cpus(w, set)) {
+            continue;
         }
         /* Relaxed: the id was stored before the pool's creation returned. */
         pid_t tid = atomic_load_explicit(&w->tid, memory_order_relaxed);

@@ -357,15 +357,25 @@ static void apply_priority(spindle_worker *w) {
 
 /* Restricts the thread to its planned CPUs. A failure (a plan for CPUs this machine
  * lacks, a cpuset that shrank) leaves it unpinned and is reported once per pool. */
+bool spindle_worker_cpus(const spindle_worker *w, cpu_set_t *set) {
+    size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
+    CPU_ZERO_S(size, set);
+    if (w->npin > 0) {
+        for (uint32_t k = 0; k < w->npin; k++)
+            if (w->pin[k] >= 0 && w->pin[k] < SPINDLE_MAX_CPUS) CPU_SET_S((size_t)w->pin[k], size, set);
+        return true;
+    }
+    if (!w->pool->affinity) return false;
+    memcpy(set, w->pool->affinity, size);
+    return true;
+}
+
 static void apply_pinning(spindle_worker *w) {
     if (w->npin == 0) return;
     cpu_set_t *set = CPU_ALLOC(SPINDLE_MAX_CPUS);
     if (!set) return;
     size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
-    CPU_ZERO_S(size, set);
-    for (uint32_t k = 0; k < w->npin; k++)
-        if (w->pin[k] >= 0 && w->pin[k] < SPINDLE_MAX_CPUS)
-            CPU_SET_S((size_t)w->pin[k], size, set);
+    spindle_worker_cpus(w, set);
     int rc = pthread_setaffinity_np(pthread_self(), size, set);
     CPU_FREE(set);
     if (rc) spindle_report_first_error(&w->pool->pin_error, rc);
@@ -386,18 +396,7 @@ int spindle_worker_spread(spindle_worker *w, int cpu) {
         return cpu;
     size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
     cpu_set_t *allowed = CPU_ALLOC(SPINDLE_MAX_CPUS), *busy = CPU_ALLOC(SPINDLE_MAX_CPUS);
-    if (!allowed || !busy) goto out;
-    /* Where it may run: its plan's CPUs (a node's), or, unpinned, the CPUs the pool was
-     * planned for (fixed at creation). */
-    CPU_ZERO_S(size, allowed);
-    if (w->npin > 0) {
-        for (uint32_t k = 0; k < w->npin; k++)
-            if (w->pin[k] >= 0 && w->pin[k] < SPINDLE_MAX_CPUS) CPU_SET_S((size_t)w->pin[k], size, allowed);
-    } else if (pool->affinity) {
-        memcpy(allowed, pool->affinity, size);
-    } else {
-        goto out;
-    }
+    if (!allowed || !busy || !spindle_worker_cpus(w, allowed)) goto out;
     /* Where its unparked siblings last woke (relaxed hints: a stale one costs a move to
      * a CPU that turns out shared, which the kernel's balancing then sorts out). */
     CPU_ZERO_S(size, busy);
