@@ -42,7 +42,6 @@ void spindle_injector_init(spindle_injector *q) {
     atomic_init(&q->len, 0);
     atomic_flag_clear(&q->consumer);
     q->head = &q->stub;
-    atomic_init(&q->batch_holder, -1);
 }
 
 void spindle_injector_link(spindle_injector *q, spindle_task *first, spindle_task *last) {
@@ -87,35 +86,21 @@ static spindle_task *injector_pop_one(spindle_injector *q) {
     return NULL; /* another producer slipped in before the stub: cut, try later */
 }
 
-bool spindle_injector_try_hold(spindle_injector *q) {
+uint32_t spindle_injector_pop_batch(spindle_injector *q, spindle_task **out, uint32_t max) {
     /* Cheap pre-check without touching the consumer flag's cache line. */
-    if (!spindle_injector_maybe_nonempty(q)) return false;
+    if (!spindle_injector_maybe_nonempty(q)) return 0;
     /* Acquire pairs with the previous holder's release clear: its updates of `head` and
-     * of the stub's link happen-before ours (J2), and so does whatever it wrote before
-     * letting go (worker.c, W5). */
-    return !atomic_flag_test_and_set_explicit(&q->consumer, memory_order_acquire);
-}
-
-uint32_t spindle_injector_pop_held(spindle_injector *q, spindle_task **out, uint32_t max) {
+     * of the stub's link happen-before ours (J2). */
+    if (atomic_flag_test_and_set_explicit(&q->consumer, memory_order_acquire)) return 0;
     uint32_t n = 0;
     while (n < max) {
         spindle_task *t = injector_pop_one(q);
         if (!t) break;
         out[n++] = t;
     }
-    return n;
-}
-
-void spindle_injector_release(spindle_injector *q, uint32_t popped) {
     /* Release: hands `head` and the stub over to the next holder. */
     atomic_flag_clear_explicit(&q->consumer, memory_order_release);
-    if (popped) atomic_fetch_sub_explicit(&q->len, (int64_t)popped, memory_order_relaxed);
-}
-
-uint32_t spindle_injector_pop_batch(spindle_injector *q, spindle_task **out, uint32_t max) {
-    if (!spindle_injector_try_hold(q)) return 0;
-    uint32_t n = spindle_injector_pop_held(q, out, max);
-    spindle_injector_release(q, n);
+    if (n) atomic_fetch_sub_explicit(&q->len, (int64_t)n, memory_order_relaxed);
     return n;
 }
 

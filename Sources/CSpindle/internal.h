@@ -93,11 +93,6 @@ typedef struct spindle_injector {
     SPINDLE_ALIGNED atomic_flag consumer;
     spindle_task *head;
     spindle_task stub;
-    /* The worker whose deque holds the rest of the last batch taken from here, or -1
-     * (worker.c, W5). Relaxed: a hint for where the oldest queued work is; whoever
-     * takes a task takes it by the deque's CAS, whatever the hint said. On the
-     * consumer line, which the workers that read it are touching anyway. */
-    _Atomic int32_t batch_holder;
 } spindle_injector;
 
 void spindle_injector_init(spindle_injector *q);
@@ -129,12 +124,6 @@ static inline int64_t spindle_injector_push(spindle_injector *q, spindle_task *t
 /* Pops up to `max` tasks into out[]; returns how many. 0 when empty, when a producer is
  * half-way through a push, or when another consumer holds the queue. */
 uint32_t spindle_injector_pop_batch(spindle_injector *q, spindle_task **out, uint32_t max);
-/* pop_batch in three steps, for a consumer that must act while it holds the queue
- * (worker.c, W5): try_hold takes the try-lock (false: empty, or another consumer has
- * it); pop_held pops up to `max`; release lets go and counts the `popped` tasks out. */
-bool spindle_injector_try_hold(spindle_injector *q);
-uint32_t spindle_injector_pop_held(spindle_injector *q, spindle_task **out, uint32_t max);
-void spindle_injector_release(spindle_injector *q, uint32_t popped);
 /* True when the queue may hold tasks (conservative: "maybe" answers true). */
 bool spindle_injector_maybe_nonempty(spindle_injector *q);
 
@@ -231,8 +220,6 @@ struct spindle_worker {
     spindle_pool *pool;
     uint32_t index;
     uint32_t tick;           /* owner-only: scheduling ticks, for injector fairness */
-    uint32_t batch_left;     /* owner-only: tasks of its last injector batch that may
-                                still be at the top of its deque (worker.c, W5)     */
     uint64_t rng;            /* owner-only: xorshift state for victim selection     */
     uintptr_t steal_floor;   /* owner-only: its thread's stack is half used below
                                 this address; past it, forks run inline and join

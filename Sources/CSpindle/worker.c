@@ -11,7 +11,7 @@
  *   3. the injector, taking a batch (up to a quarter of the deque's capacity, and no
  *      more than its fair share len/workers + 1) so that one trip through the
  *      consumer try-lock feeds it for a while; all but the first go on its deque
- *      where others can steal them, and the worker takes them back oldest first (W5);
+ *      where others can steal them;
  *   4. as a searcher (see park.c, S1): the other workers' deques, oldest first, nearest
  *      tier first (SMT sibling, L3, node, other nodes by distance: topology_plan.c, P3)
  *      from a random member of each tier, batch-stealing across nodes; and the
@@ -46,28 +46,6 @@
  *       leaving the waited-for frame to a spare, would let every spare reach its
  *       floor and block in turn. oneTBB bounds stealing by stack depth the same way;
  *       rayon does not, and its stacks can overflow under adverse scheduling.
- *   W5  Work from outside the pool starts in the order it was queued, whoever takes
- *       it, but for tasks that workers start at the same instant — so an
- *       OperationQueue that hands its ready operations to a busy pool highest
- *       priority first sees them start in that order. The injector is FIFO; a batch
- *       taken from it must not reorder it. Two things would:
- *         - the deque is LIFO at the owner's end and FIFO at the thieves'. So the
- *           batch is pushed oldest first (the oldest at `top`), and the owner takes
- *           it back from `top` too — with the thieves' CAS, which I3 allows anyone —
- *           for as many tasks as it pushed (`batch_left`), before it goes back to
- *           popping `bottom`. Tasks the batch's own tasks push go to `bottom`; if
- *           thieves took part of the batch, the owner's last takes from `top` may
- *           find those instead, oldest first, which is harmless;
- *         - a second worker that polled the injector next would start the task after
- *           the batch before the batch's own. So the batch's taker pushes it and
- *           names itself (the injector's `batch_holder`) before it lets go of the
- *           injector's try-lock, and the next worker to take that lock steals from
- *           the named worker first, and pops the injector only once that deque is
- *           empty.
- *       Both only for batches of three or more, and only in the main loop: a single
- *       task left over can be overtaken by one task only, as when two workers start
- *       at once; a join wait pops `bottom` (the frame it waits for is there) and
- *       keeps to W4.
  */
 #include "internal.h"
 
@@ -118,73 +96,10 @@ void spindle_worker_push(spindle_worker *w, spindle_task *t) {
     spindle_notify_one_after_local_push(w->pool);
 }
 
-/* The worker no longer holds a batch (W5): clears the hint if it still names it.
- * Relaxed, as the hint. */
-static void drop_batch_hint(spindle_worker *w) {
-    int32_t me = (int32_t)w->index;
-    atomic_compare_exchange_strong_explicit(&w->pool->injector.batch_holder, &me, -1,
-                                            memory_order_relaxed, memory_order_relaxed);
-}
-
-/* The oldest task of the worker's last injector batch still on its deque (W5): taken
- * from `top`, as a thief would. NULL once the deque is empty. */
-static spindle_task *take_batch_fifo(spindle_worker *w) {
-    for (;;) {
-        spindle_task *t;
-        spindle_steal_result r = spindle_deque_steal(&w->deque, &t);
-        if (r == SPINDLE_STEAL_OK) {
-            if (--w->batch_left == 0) drop_batch_hint(w);
-            return t;
-        }
-        /* RETRY: a thief won the race for this task; the next one is still ours to try. */
-        if (r == SPINDLE_STEAL_EMPTY) {
-            w->batch_left = 0;
-            drop_batch_hint(w);
-            return NULL;
-        }
-    }
-}
-
-/* The oldest task of another worker's injector batch (W5), older than anything still
- * in the injector. NULL when no worker holds one, or its deque is empty. The caller
- * holds the injector's try-lock. */
-static spindle_task *steal_older_batch(spindle_worker *w) {
-    spindle_pool *pool = w->pool;
-    int32_t h = atomic_load_explicit(&pool->injector.batch_holder, memory_order_relaxed);
-    if (h < 0 || (uint32_t)h == w->index) return NULL;
-    spindle_worker *victim = pool->workers[h];
-    for (;;) {
-        spindle_task *t;
-        spindle_steal_result r = spindle_deque_steal(&victim->deque, &t);
-        if (r == SPINDLE_STEAL_EMPTY) {
-            /* Spent: nobody need look there again. The caller holds the injector, so
-             * the holder cannot be naming itself for a new batch meanwhile. */
-            atomic_compare_exchange_strong_explicit(&pool->injector.batch_holder, &h, -1,
-                                                    memory_order_relaxed, memory_order_relaxed);
-            return NULL;
-        }
-        if (r == SPINDLE_STEAL_RETRY) continue; /* lost that task to another taker */
-        bump(&w->counters.stolen, 1);
-        /* Several thieves may add at once: RMW. Relaxed: a statistic. */
-        atomic_fetch_add_explicit(&victim->counters.stolen_from, 1, memory_order_relaxed);
-        return t;
-    }
-}
-
-/* Takes a batch from the injector: the first task to run now, the rest on the deque.
- * `may_steal`: outside a join wait, where W5 may take the rest of an earlier batch from
- * another worker instead (W4 allows a join wait the injector but not stealing). */
-static spindle_task *poll_injector(spindle_worker *w, bool may_steal) {
+static spindle_task *poll_injector(spindle_worker *w) {
     spindle_pool *pool = w->pool;
     spindle_injector *q = &pool->injector;
-    if (!spindle_injector_try_hold(q)) return NULL;
-    /* W5: what another worker took earlier goes before what the injector still holds.
-     * Read under the try-lock, whose acquire shows us the hint its last holder left. */
-    spindle_task *t;
-    if (may_steal && (t = steal_older_batch(w))) {
-        spindle_injector_release(q, 0);
-        return t;
-    }
+    if (!spindle_injector_maybe_nonempty(q)) return NULL;
     int64_t len = atomic_load_explicit(&q->len, memory_order_relaxed);
     int64_t fair = len / (int64_t)pool->nworkers + 1;
     int64_t room = (int64_t)pool->deque_capacity / 4;
@@ -194,29 +109,12 @@ static spindle_task *poll_injector(spindle_worker *w, bool may_steal) {
     if (w->spare) max = 1; /* a spare keeps nothing on its deque (spare.c) */
     spindle_task *batch[64];
     if (max > 64) max = 64;
-    uint32_t n = spindle_injector_pop_held(q, batch, max);
-    if (n == 0) {
-        spindle_injector_release(q, 0);
-        return NULL;
-    }
+    uint32_t n = spindle_injector_pop_batch(q, batch, max);
+    if (n == 0) return NULL;
     bump(&w->counters.injector_pops, n);
-    /* Keep the first; push the rest oldest first, for thieves and for our own FIFO
-     * takes alike (W5). `max` fits in the deque's free slots, so nothing overflows.
-     * One task left over can only be overtaken by one, as if two workers had started
-     * at once: the usual batch of a worker keeping up with a submitter is that small,
-     * and skips W5's extra steps. A larger one is pushed while we still hold the
-     * injector, and we name ourselves before letting go (the release publishes the
-     * name): a worker that polls it next takes from our batch before what the
-     * injector holds after it. */
-    if (n <= 2) {
-        spindle_injector_release(q, n);
-        if (n == 2) spindle_deque_push(&w->deque, batch[1], q);
-    } else {
-        for (uint32_t i = 1; i < n; i++) spindle_deque_push(&w->deque, batch[i], q);
-        w->batch_left += n - 1; /* the rest of an earlier batch, if any, is above it */
-        atomic_store_explicit(&q->batch_holder, (int32_t)w->index, memory_order_relaxed);
-        spindle_injector_release(q, n);
-    }
+    /* Keep the first; push the rest oldest-last so that our LIFO pops run them in
+     * submission order, while thieves take the later ones. */
+    for (uint32_t i = n; i-- > 1;) spindle_deque_push(&w->deque, batch[i], q);
     if (n > 1) spindle_notify_one(pool); /* there is now something to steal */
     return batch[0];
 }
@@ -294,10 +192,9 @@ static void found_work(spindle_worker *w) {
  * `latch` (when not NULL) was set while we searched. */
 static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
     spindle_task *t;
-    if (++w->tick % 61 == 0 && (t = poll_injector(w, !latch))) return t;
-    if (w->batch_left && !latch && (t = take_batch_fifo(w))) return t;
+    if (++w->tick % 61 == 0 && (t = poll_injector(w))) return t;
     if ((t = spindle_deque_pop(&w->deque))) return t;
-    if ((t = poll_injector(w, !latch))) return t;
+    if ((t = poll_injector(w))) return t;
     /* W4: deep in a join wait, no searching. */
     if (latch && spindle_worker_past_floor(w)) return NULL;
     if (!w->searching) {
@@ -307,7 +204,7 @@ static spindle_task *find_task(spindle_worker *w, _Atomic uint32_t *latch) {
     uint64_t deadline = 0;
     for (uint32_t round = 0;; round++) {
         if ((t = steal_from_others(w))) return t;
-        if ((t = poll_injector(w, !latch))) return t;
+        if ((t = poll_injector(w))) return t;
         /* Acquire, as in spindle_worker_wait_latch. */
         if (latch && atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET)
             return NULL;

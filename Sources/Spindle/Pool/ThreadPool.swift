@@ -235,11 +235,6 @@ public final class ThreadPool: @unchecked Sendable {
     /// submitting thread's, to which the worker that runs it gives it back: a steady
     /// stream of submissions does not call malloc.
     ///
-    /// Closures submitted from outside the pool start in the order they were queued,
-    /// whichever workers take them (closures that workers start at the same instant
-    /// may begin in either order); what a pool task submits runs newest first on its
-    /// worker, where its data is still in cache, unless another worker steals it.
-    ///
     /// - Throws: ``Error/shutDown`` once `shutdown(_:)` has begun; the closure is then
     ///   released without running, and nothing was queued. ``Error/createdBeforeFork``
     ///   in a child process made by `fork()`, for a pool created before it.

@@ -26,42 +26,6 @@ final class QueueSchedulingTests: XCTestCase {
         XCTAssertEqual(log.all, ["vh", "h1", "h2", "n1", "n2", "n3", "l1", "l2", "vl"])
     }
 
-    func testAtTheDefaultWidthABusyPoolStartsHigherPrioritiesFirst() {
-        // At the default width the queue starts every ready operation at once, and the
-        // pool is what holds them while its workers are busy: they must still start in
-        // the order the queue handed them over, highest priority first, as they do on
-        // Foundation. Each worker is held by an operation of the queue's own while a
-        // batch with every priority mixed is added, then all are let go.
-        let workers = ThreadPool.forQualityOfService(.default).workerCount
-        for round in 0..<5 {
-            let q = OperationQueue()
-            let gate = DispatchSemaphore(value: 0)
-            let started = DispatchSemaphore(value: 0)
-            for _ in 0..<workers { q.addOperation { started.signal(); gate.wait() } }
-            for _ in 0..<workers { started.wait() }
-            let log = Log()
-            var ops: [BlockOperation] = []
-            for i in 0..<workers {
-                for (name, p) in [("low", Operation.QueuePriority.low), ("normal", .normal), ("high", .high)] {
-                    let op = BlockOperation { log.add(name); usleep(2000) }
-                    op.queuePriority = p
-                    op.name = "\(name)\(i)"
-                    ops.append(op)
-                }
-            }
-            q.addOperations(ops, waitUntilFinished: false)
-            for _ in 0..<workers { gate.signal() }
-            q.waitUntilAllOperationsAreFinished()
-            // One round of starts lies between the last high and the first low: two
-            // workers starting at the same instant may log in either order, but a
-            // whole round apart they cannot.
-            let order = log.all
-            let lastHigh = order.lastIndex(of: "high")!
-            let firstLow = order.firstIndex(of: "low")!
-            XCTAssertLessThan(lastHigh, firstLow, "round \(round): \(order)")
-        }
-    }
-
     func testSerialQueueNeverRunsTwoAtOnceAndKeepsFIFO() {
         let q = OperationQueue()
         q.maxConcurrentOperationCount = 1

@@ -62,44 +62,6 @@ final class ThreadPoolTests: XCTestCase {
         for n in names.locked({ $0 }) { XCTAssertTrue(n.hasPrefix("spindle-w"), n) }
     }
 
-    func testWorkFromOutsideStartsInTheOrderItWasSubmitted() throws {
-        // The workers take the queued work in batches; whichever worker takes which
-        // task, they start oldest first. Every worker is held while the tasks queue up,
-        // then all are let go together; each task is long enough (1 ms) that only
-        // tasks started at the same instant, one per worker, can log out of order —
-        // and, with more workers than CPUs, a worker preempted between taking a task
-        // and logging it starts that one late, by one more place for the others. So
-        // a task may start up to `workers` places early, never by a batch.
-        for workers in [2, 3] {
-            let pool = try ThreadPool(workers: workers)
-            defer { try? pool.shutdown() }
-            for round in 0..<3 {
-                let gate = DispatchSemaphore(value: 0)
-                let started = DispatchSemaphore(value: 0)
-                for _ in 0..<workers { try pool.submit { started.signal(); gate.wait() } }
-                for _ in 0..<workers { started.wait() }
-                let order = Mutex<[Int]>([])
-                let n = 8 * workers
-                let done = DispatchSemaphore(value: 0)
-                for i in 0..<n {
-                    try pool.submit {
-                        let count = order.locked { $0.append(i); return $0.count }
-                        usleep(1000)
-                        if count == n { done.signal() }
-                    }
-                }
-                for _ in 0..<workers { gate.signal() }
-                XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
-                let log = order.locked { $0 }
-                XCTAssertEqual(log.sorted(), Array(0..<n))
-                for (position, i) in log.enumerated() {
-                    XCTAssertLessThanOrEqual(i - position, workers,
-                                             "\(workers) workers, round \(round): \(log)")
-                }
-            }
-        }
-    }
-
     func testMillionTasksFromOutsideRunExactlyOnce() throws {
         let n = Stress.count(1_000_000)
         let pool = try ThreadPool()
