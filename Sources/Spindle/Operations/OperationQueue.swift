@@ -10,6 +10,15 @@ import Synchronization
 /// ready when its dependencies finish — the queue is told once, by the last dependency
 /// to finish; it never rescans waiting operations.
 ///
+/// At the default width nothing waits in the queue: a ready operation goes to the pool
+/// at once, and while every worker of the pool is busy, the pool's order decides which
+/// starts first. Operations added from inside an operation go on that worker's deque,
+/// which it runs newest first while idle workers steal the oldest, and workers take
+/// what comes from outside the pool in batches, so a later operation can start before
+/// an earlier one. Foundation hands them to Dispatch, which starts them in the order it
+/// got them. A queue with a ``maxConcurrentOperationCount`` keeps the waiting ones in
+/// its ready lists, and starts them by priority, then in the order they were added.
+///
 /// ### How it schedules
 /// The queue keeps five FIFO ready lists (one per priority) under one lock, and its
 /// operation and running counts in one atomic word. Starting an operation submits it to
