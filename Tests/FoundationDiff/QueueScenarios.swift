@@ -1,0 +1,100 @@
+#if SPINDLE
+import Spindle
+#else
+import Foundation
+#endif
+import Dispatch
+
+/// The queue: waits, `current`, names, `underlyingQueue`, quality of service, progress,
+/// barriers.
+func queueScenarios() {
+    // the queue
+
+    do {
+        let q = OperationQueue()
+        q.addOperation { usleep(10000); q.addOperation { usleep(10000); log.add("late") } }
+        q.waitUntilAllOperationsAreFinished()
+        show("wait-all.covers-operations-added-meanwhile", log.take())
+    }
+
+    do {
+        let qa = OperationQueue(), qb = OperationQueue()
+        qa.name = "A"; qb.name = "B"
+        qa.addOperation {
+            log.add("A:\(OperationQueue.current?.name ?? "nil")")
+            qb.addOperations([BlockOperation { log.add("B:\(OperationQueue.current?.name ?? "nil")") }], waitUntilFinished: true)
+            log.add("A-again:\(OperationQueue.current?.name ?? "nil")")
+        }
+        qa.waitUntilAllOperationsAreFinished()
+        show("current.nested", log.take())
+        show("current.outside", OperationQueue.current == nil ? "nil" : "some")
+    }
+
+    do {
+        let q = OperationQueue()
+        q.name = "Q"
+        q.name = nil
+        show("name.set-nil", q.name ?? "nil")
+    }
+
+    do {
+        let q = OperationQueue()
+        let key = DispatchSpecificKey<String>()
+        let dq = DispatchQueue(label: "underlying")
+        dq.setSpecific(key: key, value: "underlying")
+        q.underlyingQueue = dq
+        q.addOperation { log.add(DispatchQueue.getSpecific(key: key) ?? "nil") }
+        q.waitUntilAllOperationsAreFinished()
+        show("underlying.runs-there", log.take())
+    }
+
+    do {
+        let q = OperationQueue()
+        q.qualityOfService = .utility
+        q.isSuspended = true
+        let a = BlockOperation {}
+        q.addOperation(a)
+        show("qos.operation-property-in-utility-queue", a.qualityOfService.rawValue)
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+    }
+
+    do {
+        let q = OperationQueue()
+        q.isSuspended = true
+        q.progress.totalUnitCount = 4
+        for _ in 0..<3 { q.addOperation {} }
+        show("progress.before", [q.progress.totalUnitCount, q.progress.completedUnitCount])
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("progress.after", [q.progress.totalUnitCount, q.progress.completedUnitCount])
+    }
+
+    do {
+        let q = OperationQueue()
+        let ran = DispatchSemaphore(value: 0)
+        q.addBarrierBlock { log.add("barrier:\(OperationQueue.current === q)"); ran.signal() }
+        ran.wait()
+        show("barrier.on-empty-queue", log.take())
+        q.isSuspended = true
+        q.addOperation {}
+        q.addBarrierBlock {}
+        show("barrier.not-counted", q.operationCount)
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+    }
+
+    do {
+        // An operation that is never ready stays queued, cancelled or not.
+        final class NeverReady: Operation, @unchecked Sendable {
+            override var isReady: Bool { false }
+            override func main() { log.add("main") }
+        }
+        let q = OperationQueue()
+        let op = NeverReady()
+        q.addOperation(op)
+        op.cancel()
+        bounded("never-ready.cancelled.wait", 0.2) { op.waitUntilFinished() }
+        show("never-ready.cancelled", [log.take(), "\(op.isFinished)", "\(q.operationCount)"])
+    }
+}

@@ -1,0 +1,114 @@
+#if SPINDLE
+import Spindle
+#else
+import Foundation
+#endif
+import Dispatch
+
+/// The asynchronous-operation template of Apple's guide: `start` begins the work and
+/// returns, the work announces `isExecuting` and `isFinished` with `willChangeValue` and
+/// `didChangeValue`.
+final class AsyncTemplate: Operation, @unchecked Sendable {
+    // @unchecked: the two flags are only touched under `lock`.
+    private let lock = NSLock()
+    private var executing = false, finished = false
+    let release = DispatchSemaphore(value: 0)
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { lock.lock(); defer { lock.unlock() }; return executing }
+    override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finished }
+    override func start() {
+        if isCancelled {
+            willChangeValue(forKey: "isFinished")
+            lock.lock(); finished = true; lock.unlock()
+            didChangeValue(forKey: "isFinished")
+            return
+        }
+        willChangeValue(forKey: "isExecuting")
+        lock.lock(); executing = true; lock.unlock()
+        didChangeValue(forKey: "isExecuting")
+        Thread.detachNewThread { [self] in
+            release.wait()
+            log.add("work")
+            willChangeValue(forKey: "isFinished"); willChangeValue(forKey: "isExecuting")
+            lock.lock(); executing = false; finished = true; lock.unlock()
+            didChangeValue(forKey: "isExecuting"); didChangeValue(forKey: "isFinished")
+        }
+    }
+}
+
+/// Readiness of its own, announced with `didChangeValue(forKey: "isReady")`.
+final class Gated: Operation, @unchecked Sendable {
+    // @unchecked: `open` is only touched under `lock`.
+    private let lock = NSLock()
+    private var open = false
+    override var isReady: Bool { lock.lock(); defer { lock.unlock() }; return open && super.isReady }
+    func openGate() {
+        willChangeValue(forKey: "isReady")
+        lock.lock(); open = true; lock.unlock()
+        didChangeValue(forKey: "isReady")
+    }
+    override func main() { log.add("gated") }
+}
+
+/// Subclasses in the shapes code written for Foundation uses.
+func subclassScenarios() {
+    do {
+        let q = OperationQueue()
+        let op = AsyncTemplate()
+        let dependent = BlockOperation { log.add("dependent") }
+        dependent.addDependency(op)
+        q.addOperations([op, dependent], waitUntilFinished: false)
+        while !op.isExecuting { usleep(1000) }
+        show("async-template.while-working", [op.isExecuting, op.isFinished, dependent.isReady, dependent.isFinished])
+        show("async-template.count-while-working", q.operationCount)
+        op.release.signal()
+        q.waitUntilAllOperationsAreFinished()
+        show("async-template.after", [log.take(), "\(op.isExecuting)", "\(op.isFinished)"])
+    }
+
+    do {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let op = AsyncTemplate()
+        q.addOperation(op)
+        op.cancel()
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("async-template.cancelled-before-start", [log.take(), "\(op.isFinished)", "\(op.isCancelled)"])
+    }
+
+    do {
+        let q = OperationQueue()
+        let op = Gated()
+        q.addOperation(op)
+        let waited = bounded("custom-readiness.closed.wait", 0.1) { op.waitUntilFinished() }
+        show("custom-readiness.closed", [log.take(), "\(op.isReady)", "\(op.isFinished)"])
+        op.openGate()
+        waited.wait()
+        show("custom-readiness.opened", [log.take(), "\(op.isFinished)"])
+    }
+
+    do {
+        // A dependency cycle is legal; cancelling one of its operations breaks it.
+        let q = OperationQueue()
+        let a = BlockOperation { log.add("a") }, b = BlockOperation { log.add("b") }
+        a.addDependency(b); b.addDependency(a)
+        q.addOperations([a, b], waitUntilFinished: false)
+        show("cycle.ready", [a.isReady, b.isReady])
+        a.cancel()
+        q.waitUntilAllOperationsAreFinished()
+        show("cycle.after-cancelling-one", [log.take(), "\(a.isFinished)", "\(b.isFinished)"])
+    }
+
+    do {
+        // Removing the only unfinished dependency of a queued operation.
+        let q = OperationQueue()
+        let dep = BlockOperation {}
+        let op = BlockOperation { log.add("ran") }
+        op.addDependency(dep)
+        q.addOperation(op)
+        op.removeDependency(dep)
+        bounded("remove-dependency.wait", 2) { op.waitUntilFinished() }
+        show("remove-dependency.starts-it", [log.take(), "\(op.isReady)"])
+    }
+}

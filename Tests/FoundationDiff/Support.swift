@@ -1,0 +1,46 @@
+#if SPINDLE
+import Spindle
+#else
+import Foundation
+#endif
+import Dispatch
+
+/// Strings recorded from any thread, taken in order.
+final class Log: @unchecked Sendable {
+    // @unchecked: `items` is only touched under `lock`.
+    private let lock = NSLock()
+    private var items: [String] = []
+    func add(_ s: String) { lock.lock(); items.append(s); lock.unlock() }
+    func take() -> String {
+        lock.lock()
+        defer { items = []; lock.unlock() }
+        return items.joined(separator: " ")
+    }
+}
+
+let log = Log()
+
+/// One observation: a line `name: value` for scripts/foundation-diff.sh to compare.
+func show(_ name: String, _ value: Any) { print("\(name): \(value)") }
+
+/// Runs `body` on a thread of its own and waits up to `seconds` for it: prints TIMEOUT if
+/// it has not returned by then. Returns a semaphore signalled when it does return.
+@discardableResult
+func bounded(_ name: String, _ seconds: Double, _ body: @escaping @Sendable () -> Void) -> DispatchSemaphore {
+    let done = DispatchSemaphore(value: 0)
+    let returned = DispatchSemaphore(value: 0)
+    Thread.detachNewThread { body(); done.signal(); returned.signal() }
+    if done.wait(timeout: .now() + seconds) == .timedOut { show(name, "TIMEOUT") }
+    return returned
+}
+
+func names(_ ops: [Operation]) -> [String] { ops.map { $0.name ?? "nil" } }
+
+let priorities: [(String, Operation.QueuePriority)] = [("lo", .low), ("hi", .high), ("n", .normal), ("vh", .veryHigh)]
+
+func named(_ name: String, _ priority: Operation.QueuePriority = .normal, _ body: @escaping @Sendable () -> Void = {}) -> BlockOperation {
+    let op = BlockOperation(block: body)
+    op.name = name
+    op.queuePriority = priority
+    return op
+}
