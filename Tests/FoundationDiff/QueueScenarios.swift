@@ -32,9 +32,51 @@ func queueScenarios() {
 
     do {
         let q = OperationQueue()
+        let name = q.name ?? "nil"
+        show("name.default", name.hasPrefix("NSOperationQueue 0x") ? "NSOperationQueue 0x…" : name)
         q.name = "Q"
         q.name = nil
         show("name.set-nil", q.name ?? "nil")
+        show("name.operation-default", BlockOperation {}.name ?? "nil")
+    }
+
+    do {
+        let main = OperationQueue.main
+        show("main.properties", [main.name ?? "nil", "\(main.maxConcurrentOperationCount)",
+                                 "\(main.qualityOfService.rawValue)", "\(main.isSuspended)"])
+        main.maxConcurrentOperationCount = 4
+        show("main.width-after-set", main.maxConcurrentOperationCount)
+    }
+
+    do {
+        // Quality of service orders operations that have no priority of their own.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let classes: [(String, QualityOfService)] = [("bg", .background), ("ui", .userInteractive),
+                                                     ("ut", .utility), ("in", .userInitiated), ("df", .default)]
+        for (name, qos) in classes {
+            let op = BlockOperation { log.add(name) }
+            op.qualityOfService = qos
+            q.addOperation(op)
+        }
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("qos.orders-a-serial-queue", log.take())
+    }
+
+    do {
+        let q = OperationQueue()
+        q.addOperations([], waitUntilFinished: true)
+        show("add.empty-batch-waiting", q.operationCount)
+        q.isSuspended = true
+        let op = BlockOperation {}
+        q.addOperation(op)
+        show("add.ready-in-suspended-queue", [op.isReady, op.isExecuting])
+        q.cancelAllOperations()
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("add.cancelled-then-drained", [op.isFinished, op.isCancelled])
     }
 
     do {
