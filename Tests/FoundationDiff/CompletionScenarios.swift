@@ -24,6 +24,16 @@ func completionScenarios() {
     }
 
     do {
+        let op = BlockOperation {}
+        let done = DispatchSemaphore(value: 0)
+        op.completionBlock = { done.signal() }
+        op.start()
+        done.wait()
+        usleep(10000)
+        show("completion.property-after-run", op.completionBlock == nil ? "nil" : "kept")
+    }
+
+    do {
         let q = OperationQueue()
         q.isSuspended = true
         let op = BlockOperation { log.add("main") }

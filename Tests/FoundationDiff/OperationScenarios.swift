@@ -103,6 +103,30 @@ func operationScenarios() {
     }
 
     do {
+        // Two blocks of one operation that each wait for the other: they can only both
+        // finish if they run at the same time.
+        let first = DispatchSemaphore(value: 0), second = DispatchSemaphore(value: 0)
+        let op = BlockOperation { first.signal(); second.wait() }
+        op.addExecutionBlock { second.signal(); first.wait() }
+        let q = OperationQueue()
+        q.addOperation(op)
+        bounded("block.blocks-run-concurrently", 2) { op.waitUntilFinished() }
+    }
+
+    // An operation that depends on itself waits for ever, until it is cancelled. On a
+    // thread of its own: on Foundation on Linux, addDependency(self) does not return.
+    bounded("self-dependency", 2) {
+        let q = OperationQueue()
+        let op = BlockOperation { log.add("ran") }
+        op.addDependency(op)
+        q.addOperation(op)
+        show("self-dependency.ready", op.isReady)
+        op.cancel()
+        op.waitUntilFinished()
+        show("self-dependency.cancelled", [log.take(), "\(op.isFinished)"])
+    }
+
+    do {
         let op = BlockOperation()
         for i in 0..<3 { op.addExecutionBlock { [unowned op] in log.add("b\(i):\(op.isExecuting)") } }
         let done = DispatchSemaphore(value: 0)

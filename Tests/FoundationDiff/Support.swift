@@ -21,7 +21,19 @@ final class Log: @unchecked Sendable {
 let log = Log()
 
 /// One observation: a line `name: value` for scripts/foundation-diff.sh to compare.
-func show(_ name: String, _ value: Any) { print("\(name): \(value)") }
+func show(_ name: String, _ value: Any) { emit("\(name): \(value)") }
+
+/// Writes a line straight to standard output, unbuffered: when a run hangs and is
+/// killed, what it observed before is still there to say where.
+func emit(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    var written = 0
+    while written < bytes.count {
+        let n = bytes.withUnsafeBytes { write(1, $0.baseAddress! + written, $0.count - written) }
+        if n <= 0 { return }
+        written += n
+    }
+}
 
 /// Runs `body` on a thread of its own and waits up to `seconds` for it: prints TIMEOUT if
 /// it has not returned by then. Returns a semaphore signalled when it does return.
