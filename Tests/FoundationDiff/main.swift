@@ -19,6 +19,7 @@ import Dispatch
 // Each file holds the scenarios of one concern; they run in this order, one at a time.
 operationScenarios()
 completionScenarios()
+cancellationScenarios()
 queueScenarios()
 subclassScenarios()
 emit("END")
