@@ -18,6 +18,50 @@ func queueScenarios() {
     }
 
     do {
+        // Waiting for the whole queue from inside one of its operations waits for that
+        // operation too: it never returns.
+        let q = OperationQueue()
+        let inside = DispatchSemaphore(value: 0)
+        q.addOperation {
+            bounded("wait-all.from-inside.wait", 0.2) { q.waitUntilAllOperationsAreFinished() }
+            inside.signal()
+        }
+        inside.wait()
+        q.waitUntilAllOperationsAreFinished()
+    }
+
+    do {
+        // The operations list holds what runs and what waits, in the order added.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let gate = DispatchSemaphore(value: 0), started = DispatchSemaphore(value: 0)
+        let running = named("running") { started.signal(); gate.wait() }
+        q.addOperations([running, named("waiting")], waitUntilFinished: false)
+        started.wait()
+        show("list.running-and-waiting", [names(q.operations), ["\(q.operationCount)"]])
+        gate.signal()
+        q.waitUntilAllOperationsAreFinished()
+        show("list.drained", names(q.operations))
+    }
+
+    do {
+        // A completion block adds to its operation's serial queue and waits for it.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let done = DispatchSemaphore(value: 0)
+        let op = BlockOperation { log.add("op") }
+        op.completionBlock = {
+            q.addOperation { log.add("added by completion") }
+            q.waitUntilAllOperationsAreFinished()
+            log.add("waited")
+            done.signal()
+        }
+        q.addOperation(op)
+        done.wait()
+        show("completion.adds-and-waits", log.take())
+    }
+
+    do {
         let qa = OperationQueue(), qb = OperationQueue()
         qa.name = "A"; qb.name = "B"
         qa.addOperation {
