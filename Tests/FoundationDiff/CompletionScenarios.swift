@@ -7,8 +7,6 @@ import Dispatch
 
 /// Completion blocks, cancellation, suspension and width.
 func completionScenarios() {
-    // completion blocks
-
     do {
         let op = BlockOperation {}
         op.start()

@@ -7,8 +7,6 @@ import Dispatch
 
 /// Defaults, the operations list, dependencies and readiness, BlockOperation.
 func operationScenarios() {
-    // defaults
-
     do {
         let op = Operation(), block = BlockOperation {}, queue = OperationQueue()
         show("defaults.operation", [op.name ?? "nil", "\(op.queuePriority.rawValue)", "\(op.qualityOfService.rawValue)",

@@ -8,8 +8,6 @@ import Dispatch
 /// The queue: waits, `current`, names, `underlyingQueue`, quality of service, progress,
 /// barriers.
 func queueScenarios() {
-    // the queue
-
     do {
         let q = OperationQueue()
         q.addOperation { usleep(10000); q.addOperation { usleep(10000); log.add("late") } }
