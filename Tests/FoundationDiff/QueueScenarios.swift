@@ -155,6 +155,19 @@ func queueScenarios() {
     }
 
     do {
+        // What progress counts: cancelled operations, and those added past the total.
+        let q = OperationQueue()
+        q.isSuspended = true
+        q.progress.totalUnitCount = 3
+        let ops = (0..<4).map { _ in BlockOperation {} }
+        q.addOperations(ops, waitUntilFinished: false)
+        ops[1].cancel()
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("progress.cancelled-and-extra", [q.progress.totalUnitCount, q.progress.completedUnitCount])
+    }
+
+    do {
         let q = OperationQueue()
         let ran = DispatchSemaphore(value: 0)
         q.addBarrierBlock { log.add("barrier:\(OperationQueue.current === q)"); ran.signal() }

@@ -36,6 +36,29 @@ final class AsyncTemplate: Operation, @unchecked Sendable {
     }
 }
 
+/// The template again, announcing its changes with the keys' short forms, `executing`
+/// and `finished`, as some code written for Foundation does.
+final class ShortKeys: Operation, @unchecked Sendable {
+    // @unchecked: the two flags are only touched under `lock`.
+    private let lock = NSLock()
+    private var executingFlag = false, finishedFlag = false
+    let release = DispatchSemaphore(value: 0)
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { lock.lock(); defer { lock.unlock() }; return executingFlag }
+    override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finishedFlag }
+    override func start() {
+        willChangeValue(forKey: "executing")
+        lock.lock(); executingFlag = true; lock.unlock()
+        didChangeValue(forKey: "executing")
+        Thread.detachNewThread { [self] in
+            release.wait()
+            willChangeValue(forKey: "finished"); willChangeValue(forKey: "executing")
+            lock.lock(); executingFlag = false; finishedFlag = true; lock.unlock()
+            didChangeValue(forKey: "executing"); didChangeValue(forKey: "finished")
+        }
+    }
+}
+
 /// Readiness of its own, announced with `didChangeValue(forKey: "isReady")`.
 final class Gated: Operation, @unchecked Sendable {
     // @unchecked: `open` is only touched under `lock`.
@@ -64,6 +87,17 @@ func subclassScenarios() {
         op.release.signal()
         q.waitUntilAllOperationsAreFinished()
         show("async-template.after", [log.take(), "\(op.isExecuting)", "\(op.isFinished)"])
+    }
+
+    do {
+        let q = OperationQueue()
+        let op = ShortKeys()
+        let dependent = BlockOperation { log.add("dependent") }
+        dependent.addDependency(op)
+        q.addOperations([op, dependent], waitUntilFinished: false)
+        op.release.signal()
+        bounded("short-keys.wait", 2) { dependent.waitUntilFinished() }
+        show("short-keys", [log.take(), "\(op.isFinished)", "\(q.operationCount)"])
     }
 
     do {
