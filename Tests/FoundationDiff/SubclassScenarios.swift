@@ -7,54 +7,39 @@ import Dispatch
 
 /// The asynchronous-operation template of Apple's guide: `start` begins the work and
 /// returns, the work announces `isExecuting` and `isFinished` with `willChangeValue` and
-/// `didChangeValue`.
+/// `didChangeValue` — or, given `shortKeys`, with the keys' short forms `executing` and
+/// `finished`, as some code written for Foundation does.
 final class AsyncTemplate: Operation, @unchecked Sendable {
     // @unchecked: the two flags are only touched under `lock`.
     private let lock = NSLock()
     private var executing = false, finished = false
+    private let executingKey: String, finishedKey: String
     let release = DispatchSemaphore(value: 0)
+
+    init(shortKeys: Bool = false) {
+        executingKey = shortKeys ? "executing" : "isExecuting"
+        finishedKey = shortKeys ? "finished" : "isFinished"
+    }
+
     override var isAsynchronous: Bool { true }
     override var isExecuting: Bool { lock.lock(); defer { lock.unlock() }; return executing }
     override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finished }
     override func start() {
         if isCancelled {
-            willChangeValue(forKey: "isFinished")
+            willChangeValue(forKey: finishedKey)
             lock.lock(); finished = true; lock.unlock()
-            didChangeValue(forKey: "isFinished")
+            didChangeValue(forKey: finishedKey)
             return
         }
-        willChangeValue(forKey: "isExecuting")
+        willChangeValue(forKey: executingKey)
         lock.lock(); executing = true; lock.unlock()
-        didChangeValue(forKey: "isExecuting")
+        didChangeValue(forKey: executingKey)
         Thread.detachNewThread { [self] in
             release.wait()
             log.add("work")
-            willChangeValue(forKey: "isFinished"); willChangeValue(forKey: "isExecuting")
+            willChangeValue(forKey: finishedKey); willChangeValue(forKey: executingKey)
             lock.lock(); executing = false; finished = true; lock.unlock()
-            didChangeValue(forKey: "isExecuting"); didChangeValue(forKey: "isFinished")
-        }
-    }
-}
-
-/// The template again, announcing its changes with the keys' short forms, `executing`
-/// and `finished`, as some code written for Foundation does.
-final class ShortKeys: Operation, @unchecked Sendable {
-    // @unchecked: the two flags are only touched under `lock`.
-    private let lock = NSLock()
-    private var executingFlag = false, finishedFlag = false
-    let release = DispatchSemaphore(value: 0)
-    override var isAsynchronous: Bool { true }
-    override var isExecuting: Bool { lock.lock(); defer { lock.unlock() }; return executingFlag }
-    override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finishedFlag }
-    override func start() {
-        willChangeValue(forKey: "executing")
-        lock.lock(); executingFlag = true; lock.unlock()
-        didChangeValue(forKey: "executing")
-        Thread.detachNewThread { [self] in
-            release.wait()
-            willChangeValue(forKey: "finished"); willChangeValue(forKey: "executing")
-            lock.lock(); executingFlag = false; finishedFlag = true; lock.unlock()
-            didChangeValue(forKey: "executing"); didChangeValue(forKey: "finished")
+            didChangeValue(forKey: executingKey); didChangeValue(forKey: finishedKey)
         }
     }
 }
@@ -91,7 +76,7 @@ func subclassScenarios() {
 
     do {
         let q = OperationQueue()
-        let op = ShortKeys()
+        let op = AsyncTemplate(shortKeys: true)
         let dependent = BlockOperation { log.add("dependent") }
         dependent.addDependency(op)
         q.addOperations([op, dependent], waitUntilFinished: false)
