@@ -355,8 +355,6 @@ static void apply_priority(spindle_worker *w) {
     }
 }
 
-/* Restricts the thread to its planned CPUs. A failure (a plan for CPUs this machine
- * lacks, a cpuset that shrank) leaves it unpinned and is reported once per pool. */
 bool spindle_worker_cpus(const spindle_worker *w, cpu_set_t *set) {
     size_t size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS);
     CPU_ZERO_S(size, set);
@@ -370,6 +368,8 @@ bool spindle_worker_cpus(const spindle_worker *w, cpu_set_t *set) {
     return true;
 }
 
+/* Restricts the thread to its planned CPUs. A failure (a plan for CPUs this machine
+ * lacks, a cpuset that shrank) leaves it unpinned and is reported once per pool. */
 static void apply_pinning(spindle_worker *w) {
     if (w->npin == 0) return;
     cpu_set_t *set = CPU_ALLOC(SPINDLE_MAX_CPUS);

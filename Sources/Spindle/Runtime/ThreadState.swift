@@ -27,8 +27,6 @@ final class ThreadState {
     /// to run next on this thread instead of submitting it to the pool. Unretained, as
     /// a task is: the runner borrows the queue list's reference (`QueueSync.runState`).
     @exclusivity(unchecked) var chainNext: Unmanaged<Operation>?
-    /// The pool `chainNext` was started on.
-    @exclusivity(unchecked) var chainNextPool: OpaquePointer?
     /// The completion block of the operation the chain runner has just run, for the
     /// runner to start before `chainNext` (FinishProtocol.swift, F7). It holds its
     /// operation.

@@ -80,11 +80,12 @@ enum ChainRunner {
                 defer { ts.chainCompletion = nil }
                 return ts.chainCompletion
             }) {
-                let (next, nextPool) = ts.withGuaranteedReference { ts in
+                let next = ts.withGuaranteedReference { ts in
                     defer { ts.chainNext = nil }
-                    return (ts.chainNext, ts.chainNextPool)
+                    return ts.chainNext
                 }
-                if let next, let nextPool { submitToPool(next.takeUnretainedValue(), pool: nextPool) }
+                // The slot only takes operations for this worker's own pool.
+                if let next { submitToPool(next.takeUnretainedValue(), pool: spindle_current_pool()!) }
                 ThreadState.current.withRunningContext((nil, nil), completion)
             }
             guard let next = ts.withGuaranteedReference({ ts -> Unmanaged<Operation>? in
@@ -130,7 +131,6 @@ enum ChainRunner {
             }
             ts.chainBudget -= 1
             ts.chainNext = Unmanaged.passUnretained(op) // borrowed, as by a task
-            ts.chainNextPool = pool
             return true
         }
     }
