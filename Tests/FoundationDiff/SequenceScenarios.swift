@@ -7,7 +7,9 @@ import Dispatch
 
 /// The order a serial queue runs things in, where code built on Operation relies on it:
 /// an operation held back by a dependency added later, a completion block against the
-/// next operation, and asynchronous operations that finish on threads of their own.
+/// next operation, asynchronous operations that finish on threads of their own, a
+/// priority raised while waiting, a width raised from inside, and a queue the program
+/// drops while operations wait in it.
 func sequenceScenarios() {
     do {
         let q = OperationQueue()
@@ -52,5 +54,56 @@ func sequenceScenarios() {
         }
         q.waitUntilAllOperationsAreFinished()
         show("serial.asynchronous-operations", log.take())
+    }
+
+    do {
+        // A waiting operation's priority raised after it was added.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let a = named("a") { log.add("a") }, b = named("b") { log.add("b") }, c = named("c") { log.add("c") }
+        q.addOperations([a, b, c], waitUntilFinished: false)
+        c.queuePriority = .high
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("serial.priority-raised-while-waiting", log.take())
+    }
+
+    do {
+        // The running operation of a serial queue widens it: the two behind it start
+        // together.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let arrived = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)], met = DispatchSemaphore(value: 0)
+        let widen = BlockOperation { q.maxConcurrentOperationCount = 2 }
+        // Each says it has started, then waits for the other to say so.
+        let meet = { (me: Int) in
+            BlockOperation {
+                arrived[me].signal()
+                log.add(arrived[1 - me].wait(timeout: .now() + 2) == .success ? "met" : "alone")
+                met.signal()
+            }
+        }
+        q.addOperations([widen, meet(0), meet(1)], waitUntilFinished: false)
+        q.isSuspended = false
+        met.wait(); met.wait()
+        q.waitUntilAllOperationsAreFinished()
+        show("serial.widened-from-inside", log.take())
+    }
+
+    do {
+        // A queue the program drops while operations wait in it still runs them, in order.
+        var ops: [Operation] = []
+        do {
+            let q = OperationQueue()
+            q.maxConcurrentOperationCount = 1
+            q.isSuspended = true
+            ops = (0..<3).map { i in named("\(i)") { log.add("\(i)") } }
+            q.addOperations(ops, waitUntilFinished: false)
+            q.isSuspended = false
+        }
+        for op in ops { op.waitUntilFinished() }
+        show("queue.dropped-with-waiting-operations", log.take())
     }
 }
