@@ -141,6 +141,39 @@ final class FoundationFidelityTests: XCTestCase {
         XCTAssertFalse(op.ran.load(ordering: .relaxed), "a cancelled operation finishes without main")
     }
 
+    /// A readiness of its own that leaves out `super.isReady`, and so its dependencies.
+    final class ReadyRegardless: Operation, @unchecked Sendable {
+        let ran = Atomic<Bool>(false)
+        override var isReady: Bool { true }
+        override func main() { ran.store(true, ordering: .relaxed) }
+    }
+
+    /// Foundation's queue asks `isReady` and nothing else: an override that ignores the
+    /// dependencies starts the operation while they are unfinished, whether it is added
+    /// alone, in a batch, or is waiting for a serial queue's slot when it gets one.
+    func testAnIsReadyOverrideThatIgnoresDependenciesStartsWithThemUnfinished() {
+        let held = OperationQueue()
+        held.isSuspended = true
+        let never = BlockOperation {}
+        held.addOperation(never)
+        let alone = ReadyRegardless(), inBatch = ReadyRegardless(), behind = ReadyRegardless()
+        for op in [alone, inBatch, behind] { op.addDependency(never) }
+        OperationQueue().addOperation(alone)
+        OperationQueue().addOperations([inBatch], waitUntilFinished: false)
+        let serial = OperationQueue()
+        serial.maxConcurrentOperationCount = 1
+        let gate = DispatchSemaphore(value: 0)
+        serial.addOperations([BlockOperation { gate.wait() }, behind], waitUntilFinished: false)
+        gate.signal()
+        for op in [alone, inBatch, behind] {
+            XCTAssertTrue(finishes(op), "it waited for a dependency its isReady ignores")
+            XCTAssertTrue(op.ran.load(ordering: .relaxed))
+        }
+        XCTAssertFalse(never.isFinished)
+        held.isSuspended = false
+        XCTAssertTrue(finishes(never))
+    }
+
     // MARK: lifecycle
 
     func testCancellingAFinishedOperationHasNoEffect() {

@@ -55,13 +55,16 @@ extension OperationQueue.State {
 
     func push(_ op: Operation, level: Int) { ready.push(op, level: level) }
 
-    /// The highest-priority ready operation, skipping retired ones, and handing back
-    /// one that has been given an unfinished dependency since it was found ready: it
-    /// is signalled again when that dependency finishes (`evaluateReadiness`).
+    /// The highest-priority ready operation, skipping retired ones, and handing back a
+    /// plain one that has been given an unfinished dependency since it was found ready:
+    /// it is signalled again when that dependency finishes (`evaluateReadiness`). A
+    /// subclass's readiness is its own `isReady`, which may not count dependencies
+    /// (R7); the `evaluateReadiness` that follows a new dependency takes it back if
+    /// that says so.
     func popReady() -> Operation? {
         while let op = ready.pop() {
             if op.queueSlot.retired { continue }
-            if op.hadDependencies.load(ordering: .relaxed) && Self.isWaitingAgain(op) { continue }
+            if op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op) { continue }
             return op
         }
         return nil

@@ -18,6 +18,10 @@ import Synchronization
 //     queue's next scheduling pass (`State.unannounced`), as Foundation's queue asks.
 // R6. Cancellation makes the base `isReady` true whatever the dependencies; a custom
 //     condition of the subclass still holds the operation.
+// R7. A subclass that overrides `isReady` decides its readiness alone, as with
+//     Foundation's queue, which asks `isReady` and nothing else: one that leaves out
+//     `super.isReady` starts with its dependencies unfinished. Only a plain operation
+//     is held back by its count of unfinished dependencies when the queue takes it.
 
 extension Operation {
     /// One of our dependencies was removed, or had finished when it was added.
