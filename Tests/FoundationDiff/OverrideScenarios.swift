@@ -35,6 +35,23 @@ final class Announcing: Operation, @unchecked Sendable {
     }
 }
 
+/// An operation that says it is ready whatever its dependencies say.
+final class AlwaysReady: Operation, @unchecked Sendable {
+    override var isReady: Bool { true }
+    override func main() { log.add("always-ready ran") }
+}
+
+/// A readiness condition that can be opened without announcing it.
+final class QuietGate: Operation, @unchecked Sendable {
+    // @unchecked: `open` is only touched under `lock`.
+    private let lock = NSLock()
+    private var open = false
+    override var isReady: Bool { lock.lock(); defer { lock.unlock() }; return open && super.isReady }
+    func openSilently() { lock.lock(); open = true; lock.unlock() }
+    func announce() { willChangeValue(forKey: "isReady"); didChangeValue(forKey: "isReady") }
+    override func main() { log.add("quiet-gate ran") }
+}
+
 /// A BlockOperation whose `main` is its own, calling the blocks' `main` or not.
 final class OwnMain: BlockOperation, @unchecked Sendable {
     let callsSuper: Bool
@@ -88,5 +105,37 @@ func overrideScenarios() {
             OperationQueue().addOperations([op], waitUntilFinished: true)
             show("override.block-main.super-\(callsSuper)", log.take())
         }
+    }
+
+    do {
+        // An isReady override that ignores an unfinished dependency.
+        let held = OperationQueue(), q = OperationQueue()
+        held.isSuspended = true
+        let dependency = BlockOperation { log.add("dependency ran") }
+        let op = AlwaysReady()
+        op.addDependency(dependency)
+        held.addOperation(dependency)
+        let returned = bounded("override.ready-ignores-dependencies.wait", 1) { q.addOperations([op], waitUntilFinished: true) }
+        show("override.ready-ignores-dependencies", log.take())
+        held.isSuspended = false
+        returned.wait()
+        held.waitUntilAllOperationsAreFinished()
+        show("override.ready-ignores-dependencies.after", log.take())
+    }
+
+    do {
+        // A readiness condition opened without announcing it: the queue's next pass,
+        // here the addition of another operation, asks it again.
+        let q = OperationQueue()
+        let op = QuietGate()
+        q.addOperation(op)
+        op.openSilently()
+        usleep(20000)
+        show("override.ready-opened-silently", [log.take(), "\(op.isFinished)"])
+        q.addOperation(BlockOperation {})
+        let returned = bounded("override.ready-opened-silently.wait", 1) { op.waitUntilFinished() }
+        op.announce()
+        returned.wait()
+        show("override.ready-opened-silently.after", log.take())
     }
 }
