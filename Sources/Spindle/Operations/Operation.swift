@@ -373,7 +373,12 @@ open class Operation: @unchecked Sendable {
     /// of its operations becomes ready until one of them is cancelled (a cancelled
     /// operation is ready whatever its dependencies, finishes without running
     /// ``main()``, and so releases the next).
-    open func addDependency(_ op: Operation) {
+    open func addDependency(_ op: Operation) { addDependencyEdge(op) }
+
+    /// What ``addDependency(_:)`` does, also for the queue's own edges (a barrier's),
+    /// which a subclass's override of ``addDependency(_:)`` does not see, as with
+    /// Foundation.
+    final func addDependencyEdge(_ op: Operation) {
         let added = guarded.locked { g -> Bool in
             if g.dependencies.contains(where: { $0 === op }) { return false }
             g.dependencies.append(op)

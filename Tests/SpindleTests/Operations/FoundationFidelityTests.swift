@@ -351,6 +351,33 @@ final class FoundationFidelityTests: XCTestCase {
         XCTAssertEqual(q.operationCount, 0)
     }
 
+    /// An operation that counts the calls to its `addDependency`.
+    final class CountsDependencyCalls: Operation, @unchecked Sendable {
+        let calls = Atomic<Int>(0)
+        override func addDependency(_ op: Operation) {
+            calls.add(1, ordering: .relaxed)
+            super.addDependency(op)
+        }
+    }
+
+    /// The wait for a barrier is the queue's own: an `addDependency` override does not
+    /// see it, as with Foundation, and the ordering holds all the same.
+    func testABarriersEdgeBypassesAnAddDependencyOverride() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let log = Log()
+        q.addBarrierBlock { log.add("barrier") }
+        let op = CountsDependencyCalls()
+        op.completionBlock = { log.add("op") }
+        q.addOperation(op)
+        XCTAssertEqual(op.calls.load(ordering: .relaxed), 0)
+        q.isSuspended = false
+        XCTAssertTrue(drains(q))
+        XCTAssertTrue(finishes(op))
+        usleep(10_000)
+        XCTAssertEqual(log.all.first, "barrier")
+    }
+
     func testAnOperationCountObserverDoesNotSeeBarriers() {
         let q = OperationQueue()
         let seen = Mutex<[Int]>([])

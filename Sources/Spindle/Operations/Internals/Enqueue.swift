@@ -125,7 +125,7 @@ extension OperationQueue {
         let keep = fresh && !outcome.direct
         OperationQueue.release(outcome.released)
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
-        if let barrier = outcome.barrier { op.addDependency(barrier) }
+        if let barrier = outcome.barrier { op.addDependencyEdge(barrier) }
         if let config = outcome.config {
             if outcome.direct { dispatch(op, config) } else { dispatch(outcome.start, config) }
         } else if !op.queueSync.readySignalled.load(ordering: .acquiring) {
