@@ -124,18 +124,127 @@ func overrideScenarios() {
     }
 
     do {
-        // A readiness condition opened without announcing it: the queue's next pass,
-        // here the addition of another operation, asks it again.
+        // A readiness condition opened without announcing it does not start the
+        // operation by itself; announcing it does.
         let q = OperationQueue()
         let op = QuietGate()
         q.addOperation(op)
         op.openSilently()
         usleep(20000)
         show("override.ready-opened-silently", [log.take(), "\(op.isFinished)"])
-        q.addOperation(BlockOperation {})
-        let returned = bounded("override.ready-opened-silently.wait", 1) { op.waitUntilFinished() }
         op.announce()
-        returned.wait()
+        op.waitUntilFinished()
         show("override.ready-opened-silently.after", log.take())
+    }
+}
+
+/// Property getters a subclass overrides instead of setting the property.
+final class Urgent: Operation, @unchecked Sendable {
+    let tag: String
+    init(_ tag: String) { self.tag = tag }
+    override var queuePriority: Operation.QueuePriority {
+        get { .veryHigh }
+        set { super.queuePriority = newValue }
+    }
+    override func main() { log.add(tag) }
+}
+
+final class Interactive: Operation, @unchecked Sendable {
+    let tag: String
+    init(_ tag: String) { self.tag = tag }
+    override var qualityOfService: QualityOfService {
+        get { .userInteractive }
+        set { super.qualityOfService = newValue }
+    }
+    override func main() { log.add(tag) }
+}
+
+/// An operation that says it is asynchronous but keeps the inherited `start`.
+final class SaysAsynchronous: Operation, @unchecked Sendable {
+    override var isAsynchronous: Bool { true }
+    override func main() { log.add("main") }
+}
+
+/// An operation that says which dependencies it is given.
+final class ListsDependencies: Operation, @unchecked Sendable {
+    override func addDependency(_ op: Operation) {
+        log.add(type(of: op) == BlockOperation.self ? "addDependency(block)" : "addDependency(other)")
+        super.addDependency(op)
+    }
+}
+
+/// A queue whose width getter is its own.
+final class OneAtATime: OperationQueue, @unchecked Sendable {
+    override var maxConcurrentOperationCount: Int {
+        get { 1 }
+        set { super.maxConcurrentOperationCount = newValue }
+    }
+}
+
+/// Getters a subclass overrides: an operation's priority and quality of service, its
+/// `isAsynchronous` with the inherited `start`, `addDependency` as the queue's
+/// barriers reach it, and a queue's width.
+func getterOverrideScenarios() {
+    do {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        q.addOperations([named("plain") { log.add("plain") }, Urgent("urgent")], waitUntilFinished: false)
+        show("override.priority-getter", [String(describing: q.operations.map { $0.queuePriority.rawValue })])
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("override.priority-getter.order", log.take())
+    }
+
+    do {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 2
+        q.isSuspended = true
+        let gate = DispatchSemaphore(value: 0)
+        // One slot is held throughout; the other two take turns in the second.
+        let blocker = BlockOperation { gate.wait() }
+        let plain = named("plain") { log.add("plain") }, interactive = Interactive("interactive")
+        q.addOperations([blocker, plain, interactive], waitUntilFinished: false)
+        q.isSuspended = false
+        plain.waitUntilFinished()
+        interactive.waitUntilFinished()
+        gate.signal()
+        q.waitUntilAllOperationsAreFinished()
+        show("override.qos-getter.order", log.take())
+    }
+
+    do {
+        let op = SaysAsynchronous()
+        let q = OperationQueue()
+        let returned = bounded("override.asynchronous-inherited-start.wait", 1) { q.addOperations([op], waitUntilFinished: true) }
+        show("override.asynchronous-inherited-start", [log.take(), "\(op.isFinished)"])
+        returned.wait()
+    }
+
+    do {
+        let q = OperationQueue()
+        q.isSuspended = true
+        q.addOperation(BlockOperation {})
+        q.addBarrierBlock {}
+        let op = ListsDependencies()
+        q.addOperation(op)
+        show("override.add-dependency-from-barrier", [log.take(), "\(op.dependencies.count)"])
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+    }
+
+    do {
+        let q = OneAtATime()
+        let arrived = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)], met = DispatchSemaphore(value: 0)
+        let meet = { (me: Int) in
+            BlockOperation {
+                arrived[me].signal()
+                log.add(arrived[1 - me].wait(timeout: .now() + 0.5) == .success ? "met" : "alone")
+                met.signal()
+            }
+        }
+        q.addOperations([meet(0), meet(1)], waitUntilFinished: false)
+        met.wait(); met.wait()
+        show("override.width-getter", [log.take(), "\(q.maxConcurrentOperationCount)"])
     }
 }
