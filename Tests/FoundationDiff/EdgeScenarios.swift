@@ -165,4 +165,42 @@ func edgeScenarios() {
         q.qualityOfService = .utility
         show("queue.properties-read-back", [empty, "\(q.qualityOfService.rawValue)"])
     }
+
+    do {
+        // `current` where no queue launched the code: an operation started by hand, from
+        // outside any queue and from inside another queue's operation, and a block an
+        // operation hands to Dispatch.
+        let manual = BlockOperation {
+            log.add("manual:\(OperationQueue.current?.name ?? "nil") executing")
+        }
+        manual.start()
+        let q = OperationQueue()
+        q.name = "Q"
+        let inner = BlockOperation { log.add("inner:\(OperationQueue.current?.name ?? "nil")") }
+        let done = DispatchSemaphore(value: 0)
+        q.addOperation {
+            inner.start()
+            DispatchQueue.global().async {
+                log.add("dispatched:\(OperationQueue.current?.name ?? "nil")")
+                done.signal()
+            }
+        }
+        q.waitUntilAllOperationsAreFinished()
+        done.wait()
+        show("current.without-a-queue", log.take())
+    }
+
+    do {
+        // A BlockOperation's blocks after it finished, and a block added while it waits
+        // in a suspended queue.
+        let q = OperationQueue()
+        q.isSuspended = true
+        let op = BlockOperation { log.add("first") }
+        q.addOperation(op)
+        op.addExecutionBlock { log.add("added-while-queued") }
+        q.isSuspended = false
+        op.waitUntilFinished()
+        show("block.added-while-queued", log.take().split(separator: " ").sorted().joined(separator: ","))
+        show("block.blocks-after-finish-count", op.executionBlocks.count)
+    }
 }
