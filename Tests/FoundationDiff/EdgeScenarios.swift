@@ -203,4 +203,32 @@ func edgeScenarios() {
         show("block.added-while-queued", log.take().split(separator: " ").sorted().joined(separator: ","))
         show("block.blocks-after-finish-count", op.executionBlocks.count)
     }
+
+    do {
+        // Waits that Foundation lets a program write: for an operation from inside its
+        // own completion block, and, from inside a serial queue's operation, for a
+        // batch added to that same queue (which can never start).
+        let op = BlockOperation {}
+        let done = DispatchSemaphore(value: 0)
+        op.completionBlock = { [unowned op] in
+            op.waitUntilFinished()
+            log.add("returned")
+            done.signal()
+        }
+        OperationQueue().addOperation(op)
+        done.wait()
+        show("wait.own-completion", log.take())
+
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let started = DispatchSemaphore(value: 0)
+        q.addOperation {
+            started.signal()
+            q.addOperations([BlockOperation { log.add("inner") }], waitUntilFinished: true)
+            log.add("outer-returned")
+        }
+        started.wait()
+        bounded("wait.batch-on-own-serial-queue", 0.3) { q.waitUntilAllOperationsAreFinished() }
+        show("wait.batch-on-own-serial-queue.log", log.take())
+    }
 }
