@@ -245,6 +245,8 @@ open class Operation: @unchecked Sendable {
     /// True when every dependency has finished, or the operation is cancelled.
     /// Override to add conditions of your own (call `super`), and report changes with
     /// `willChangeValue(forKey: "isReady")` / `didChangeValue(forKey: "isReady")`.
+    /// An override decides alone, as with Foundation: one that leaves out `super.isReady`
+    /// is started by its queue when it says true, whatever its dependencies.
     open var isReady: Bool {
         isCancelled || guarded.locked { $0.unfinished == 0 }
     }
