@@ -235,16 +235,9 @@ func getterOverrideScenarios() {
 
     do {
         let q = OneAtATime()
-        let arrived = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)], met = DispatchSemaphore(value: 0)
-        let meet = { (me: Int) in
-            BlockOperation {
-                arrived[me].signal()
-                log.add(arrived[1 - me].wait(timeout: .now() + 0.5) == .success ? "met" : "alone")
-                met.signal()
-            }
-        }
-        q.addOperations([meet(0), meet(1)], waitUntilFinished: false)
-        met.wait(); met.wait()
+        let pair = MeetingPair(0.5)
+        q.addOperations(pair.operations, waitUntilFinished: false)
+        pair.bothReturned()
         show("override.width-getter", [log.take(), "\(q.maxConcurrentOperationCount)"])
     }
 }

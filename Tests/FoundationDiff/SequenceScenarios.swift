@@ -75,19 +75,11 @@ func sequenceScenarios() {
         let q = OperationQueue()
         q.maxConcurrentOperationCount = 1
         q.isSuspended = true
-        let arrived = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)], met = DispatchSemaphore(value: 0)
         let widen = BlockOperation { q.maxConcurrentOperationCount = 2 }
-        // Each says it has started, then waits for the other to say so.
-        let meet = { (me: Int) in
-            BlockOperation {
-                arrived[me].signal()
-                log.add(arrived[1 - me].wait(timeout: .now() + 2) == .success ? "met" : "alone")
-                met.signal()
-            }
-        }
-        q.addOperations([widen, meet(0), meet(1)], waitUntilFinished: false)
+        let pair = MeetingPair(2)
+        q.addOperations([widen] + pair.operations, waitUntilFinished: false)
         q.isSuspended = false
-        met.wait(); met.wait()
+        pair.bothReturned()
         q.waitUntilAllOperationsAreFinished()
         show("serial.widened-from-inside", log.take())
     }

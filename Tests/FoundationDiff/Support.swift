@@ -56,3 +56,25 @@ func named(_ name: String, _ priority: Operation.QueuePriority = .normal, _ body
     op.queuePriority = priority
     return op
 }
+
+/// Two operations that each say they have started, then wait up to `seconds` for the
+/// other to say so, and log "met", or "alone" when the other did not start beside it;
+/// `bothReturned` waits until both have logged.
+struct MeetingPair {
+    let operations: [BlockOperation]
+    private let met = DispatchSemaphore(value: 0)
+
+    init(_ seconds: Double) {
+        let arrived = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)]
+        let met = self.met
+        operations = (0..<2).map { me in
+            BlockOperation {
+                arrived[me].signal()
+                log.add(arrived[1 - me].wait(timeout: .now() + seconds) == .success ? "met" : "alone")
+                met.signal()
+            }
+        }
+    }
+
+    func bothReturned() { met.wait(); met.wait() }
+}
