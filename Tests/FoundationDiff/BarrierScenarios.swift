@@ -1,0 +1,65 @@
+#if SPINDLE
+import Spindle
+#else
+import Foundation
+#endif
+import Dispatch
+
+/// Barriers among other work, cancelled with it, and what a cancel or a second start
+/// does to an operation that has finished.
+func barrierScenarios() {
+    do {
+        // On a serial queue, a barrier keeps its place between the operations around it.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        q.addOperation { log.add("a") }
+        q.addBarrierBlock { log.add("barrier") }
+        q.addOperation { log.add("b") }
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("barrier.serial-order", log.take())
+    }
+
+    do {
+        // cancelAllOperations while a barrier waits: what still runs, and whether work
+        // added afterwards runs.
+        let q = OperationQueue()
+        q.isSuspended = true
+        let a = BlockOperation { log.add("a") }, b = BlockOperation { log.add("b") }
+        q.addOperation(a)
+        q.addBarrierBlock { log.add("barrier") }
+        q.addOperation(b)
+        q.cancelAllOperations()
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("barrier.cancelled-with-the-queue", [log.take(), "\(a.isFinished)", "\(b.isFinished)"])
+        q.addOperations([BlockOperation { log.add("later") }], waitUntilFinished: true)
+        show("barrier.cancelled-then-add", log.take())
+    }
+
+    do {
+        // Operations added after a barrier wait for the ones before it, across priorities.
+        let q = OperationQueue()
+        q.isSuspended = true
+        q.addOperation(named("before", .veryLow) { log.add("before") })
+        q.addBarrierBlock { log.add("barrier") }
+        q.addOperation(named("after", .veryHigh) { log.add("after") })
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("barrier.priority-does-not-jump-it", log.take())
+    }
+
+    do {
+        let op = BlockOperation { log.add("ran") }
+        op.start()
+        op.cancel()
+        op.start()
+        show("finished.cancel-and-restart", [log.take(), "\(op.isCancelled)", "\(op.isFinished)"])
+        let a = named("a"), b = named("b")
+        a.start()
+        b.addDependency(a)
+        b.removeDependency(a)
+        show("finished.dependency-removed", [names(b.dependencies).joined(), "\(b.isReady)"])
+    }
+}
