@@ -131,3 +131,45 @@ func subclassScenarios() {
         show("remove-dependency.starts-it", [log.take(), "\(op.isReady)"])
     }
 }
+
+/// An asynchronous operation whose `start` finishes it before returning, as one does
+/// when its result is already at hand; `announcesExecuting` false leaves out the
+/// `isExecuting` notifications.
+final class FinishesInStart: Operation, @unchecked Sendable {
+    // @unchecked: `finished` is only touched under `lock`.
+    private let lock = NSLock()
+    private var finished = false
+    let announcesExecuting: Bool
+    init(announcesExecuting: Bool) { self.announcesExecuting = announcesExecuting }
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { false }
+    override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finished }
+    override func start() {
+        log.add("start")
+        if announcesExecuting { willChangeValue(forKey: "isExecuting"); didChangeValue(forKey: "isExecuting") }
+        willChangeValue(forKey: "isFinished")
+        lock.lock(); finished = true; lock.unlock()
+        didChangeValue(forKey: "isFinished")
+    }
+}
+
+/// Asynchronous operations finished inside their own `start`, with and without the
+/// `isExecuting` notifications: their dependents, their completion blocks and the work
+/// added after them.
+func earlyFinishScenarios() {
+    for (name, op) in [("with-executing", FinishesInStart(announcesExecuting: true)),
+                       ("without-executing", FinishesInStart(announcesExecuting: false))] {
+        let q = OperationQueue()
+        let dependent = BlockOperation { log.add("dependent") }
+        dependent.addDependency(op)
+        let done = DispatchSemaphore(value: 0)
+        op.completionBlock = { log.add("completion"); done.signal() }
+        q.addOperations([op, dependent], waitUntilFinished: true)
+        done.wait()
+        show("finish-in-start.\(name)", log.take().split(separator: " ").sorted().joined(separator: ","))
+        q.addOperations([BlockOperation { log.add("later") }], waitUntilFinished: true)
+        // (Not the count: Foundation on Linux may still count an operation that the
+        // wait has seen finish.)
+        show("finish-in-start.\(name).after", log.take())
+    }
+}
