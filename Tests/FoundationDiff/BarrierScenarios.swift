@@ -63,3 +63,32 @@ func barrierScenarios() {
         show("finished.dependency-removed", [names(b.dependencies).joined(), "\(b.isReady)"])
     }
 }
+
+/// Cancelled operations where nothing else would start them: a queue of width zero,
+/// and what the operations list shows of a cancelled operation before it finishes.
+func cancelledHeldScenarios() {
+    do {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 0
+        let op = BlockOperation { log.add("ran") }
+        q.addOperation(op)
+        op.cancel()
+        let returned = bounded("cancelled.width-zero.wait", 0.3) { op.waitUntilFinished() }
+        show("cancelled.width-zero", [log.take(), "\(op.isFinished)", "\(q.operationCount)"])
+        q.maxConcurrentOperationCount = 1
+        returned.wait()
+        q.waitUntilAllOperationsAreFinished()
+        show("cancelled.width-zero.after-widening", [log.take(), "\(op.isFinished)"])
+    }
+
+    do {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let a = named("a"), b = named("b")
+        q.addOperations([a, b], waitUntilFinished: false)
+        a.cancel()
+        show("cancelled.still-listed-while-suspended", [names(q.operations).joined(separator: ","), "\(q.operationCount)"])
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+    }
+}
