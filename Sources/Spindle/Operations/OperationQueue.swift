@@ -187,7 +187,7 @@ open class OperationQueue: @unchecked Sendable {
             return handOut(s.unfinished)
         }
         // Dependencies on operations that finish meanwhile are satisfied at once.
-        for p in before { op.addDependency(p) }
+        for p in before { op.addDependencyEdge(p) }
         enqueue(op, isBarrier: true)
     }
 
