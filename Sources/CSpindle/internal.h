@@ -13,6 +13,8 @@
  *   spawn.c        the thread that starts every worker, at the process's own priority
  *   spare.c        spare workers for workers blocked in a task, and the monitor that
  *                  finds blocking Spindle cannot see
+ *   promote.c      a thread taking on another pool's priority while it runs promoted
+ *                  work, and giving it back
  *   affinity.c     whose CPUs a new pool is planned for
  *   topology_discovery.c  CPUs, caches and NUMA nodes from sysfs
  *   topology_plan.c       placement plans and steal tiers

@@ -254,6 +254,25 @@ int spindle_pool_pin_error(const spindle_pool *pool);
 /** The pool whose worker is the calling thread, or NULL. */
 spindle_pool *spindle_current_pool(void);
 
+/** The calling thread's kernel thread id (gettid), cached per thread. */
+int32_t spindle_thread_id(void);
+
+/**
+ * Makes thread `tid` (0: the calling thread) run at the scheduling policy, nice value
+ * and time slice that `pool`'s workers run at, in one sched_setattr (promote.c). For a
+ * thread running work promoted to another class, and for its return to its own.
+ * Returns 0, or the errno of the kernel's refusal: a lower nice, or leaving
+ * SCHED_IDLE, needs CAP_SYS_NICE or RLIMIT_NICE. On a refusal the thread gets the
+ * target's policy at the lowest nice RLIMIT_NICE allows, if that is a promotion at all.
+ * `got_nice`, if not NULL, receives the nice the thread was given (on a refusal with
+ * nothing allowed, the target's, not applied).
+ */
+int spindle_thread_adopt_pool_priority(int32_t tid, const spindle_pool *pool, int32_t *got_nice);
+
+/** The calling thread's scheduling policy, as SPINDLE_POLICY_NORMAL, _BATCH or _IDLE
+ *  (any other, such as a real-time one, reads as NORMAL), and its nice in `*nice`. */
+int spindle_thread_class_of_caller(int32_t *nice);
+
 /** True when the calling thread is a worker and other work is waiting for it: tasks on
  * its own deque, or submissions in its pool's injector. A binding that keeps running
  * its own follow-on work on the worker (rather than submitting it) uses this to yield

@@ -3,9 +3,11 @@
 
 extension Operation {
     /// Suspends the calling task until the operation has finished, without blocking a
-    /// thread (Spindle's addition; `waitUntilFinished()` blocks).
+    /// thread (Spindle's addition; `waitUntilFinished()` blocks). A task of a higher
+    /// priority than the operation's class promotes it, as a blocking wait does.
     public func finished() async {
         if finishCompleted.load(ordering: .acquiring) { return }
+        promote(to: Promotion.callingTaskRank())
         hasWaiters.store(true, ordering: .sequentiallyConsistent)
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let registered = guarded.locked { g -> Bool in

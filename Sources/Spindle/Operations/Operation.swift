@@ -98,6 +98,11 @@ open class Operation: @unchecked Sendable {
     /// ``queuePriority``, as its raw value (`priorityUnset` until it is assigned): read
     /// on every add, without a lock.
     let priorityWord = Atomic<Int>(Operation.priorityUnset)
+    /// The class a promotion raised this operation to (a `ClassRank`; 0: none), and
+    /// where its run stands: submitted at a class, moved to a higher one, running on a
+    /// thread at a class, done. See `Promotion.swift` (P1-P7).
+    let promotedRank = Atomic<UInt8>(0)
+    let execWord = Atomic<UInt64>(0)
 
     /// The fields that belong to the queue this operation is added to, read from any
     /// thread: which queue, the pins on that link, and who still needs the queue
@@ -313,8 +318,16 @@ open class Operation: @unchecked Sendable {
         }
     }
 
-    /// The quality of service the operation runs at. When left at `.default`, the
+    /// The quality of service the operation needs. When left at `.default`, the
     /// queue's quality of service applies, or the one implied by ``threadPriority``.
+    ///
+    /// It reads back what was set: in Apple's words, "the minimum level of service the
+    /// operation needs to execute effectively". Spindle may run the operation at a
+    /// higher class than this, never a lower one: when an operation of a higher class
+    /// depends on it, or a thread or task of a higher class waits for it, it is
+    /// promoted to that class, together with whatever it waits for itself (see
+    /// <doc:QualityOfService>). Raising it while the operation waits in a pool or runs
+    /// promotes it in place; lowering it does not undo a promotion.
     open var qualityOfService: QualityOfService {
         get { guarded.locked { $0.qualityOfService } }
         set {
@@ -323,6 +336,7 @@ open class Operation: @unchecked Sendable {
                 $0.qosExplicit = true
             }
             hasOwnPriority.store(true, ordering: .releasing)
+            ownClassChanged()
         }
     }
 
@@ -336,6 +350,7 @@ open class Operation: @unchecked Sendable {
         set {
             withExtras { $0.threadPriority = min(max(newValue, 0), 1) }
             hasOwnPriority.store(true, ordering: .releasing)
+            ownClassChanged()
         }
     }
 
@@ -401,7 +416,12 @@ open class Operation: @unchecked Sendable {
             return true
         }
         // Already finished: the edge is satisfied at once.
-        if !registered { dependencyFinished() }
+        if !registered {
+            dependencyFinished()
+        } else if op !== self {
+            // A dependency waited for by a higher class rises to it (Promotion.swift, P3).
+            op.promote(to: knownRank)
+        }
     }
 
     /// Stops waiting for `op`. If that was the last unfinished dependency of a queued
@@ -423,6 +443,9 @@ open class Operation: @unchecked Sendable {
 
     /// Blocks the calling thread until the operation has finished.
     ///
+    /// A thread of a higher class than the operation's promotes it, and what it waits
+    /// for, to the thread's class (<doc:QualityOfService>).
+    ///
     /// The thread runs nothing else meanwhile, as Foundation documents: waiting inside an
     /// operation while holding a lock, or with thread-local state, is safe. Called from
     /// one of Spindle's workers, the pool runs a spare worker of the same class while
@@ -434,6 +457,8 @@ open class Operation: @unchecked Sendable {
         if let current = ThreadState.current.currentOperation, current.toOpaque() == Unmanaged.passUnretained(self).toOpaque() {
             fatalError("Operation.waitUntilFinished() was called from inside \(describe()) itself: it would wait forever")
         }
+        // The waiting thread's class reaches what it waits for (Promotion.swift, P3).
+        promote(to: Promotion.callingThreadRank())
         hasWaiters.store(true, ordering: .sequentiallyConsistent)
         var latch = spindle_latch()
         spindle_latch_init(&latch)

@@ -48,8 +48,10 @@ extension OperationQueue {
     }
 
     /// Suspends the calling task until the queue has no operations left, without
-    /// blocking a thread (Spindle's addition).
+    /// blocking a thread (Spindle's addition). A task of a higher priority than the
+    /// queue's operations promotes them to its class, as a blocking wait does.
     public func allOperationsFinished() async {
+        promoteAll(to: Promotion.callingTaskRank())
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             if !registerDrainWaiter(Waiter(continuation: c)) { c.resume() }
         }

@@ -205,8 +205,12 @@ open class OperationQueue: @unchecked Sendable {
 
     /// Blocks the calling thread until the queue has no operations left. It runs nothing
     /// else meanwhile; on one of Spindle's workers, the pool runs a spare worker while
-    /// it waits.
+    /// it waits. A thread of a higher class than the queue's operations promotes them
+    /// to its class (<doc:QualityOfService>).
     open func waitUntilAllOperationsAreFinished() {
+        // The waiting thread's class reaches every operation it waits for
+        // (Promotion.swift, P3).
+        promoteAll(to: Promotion.callingThreadRank())
         var latch = spindle_latch()
         spindle_latch_init(&latch)
         withUnsafeMutablePointer(to: &latch) { l in

@@ -69,9 +69,45 @@ enum QoSPools {
         return errno == 0 ? n : 0
     }()
 
-    /// The nice value a class's workers ask for.
+    /// The nice value a class's workers ask for: the process's nice plus the class's
+    /// offset, within -20...19, and kept in order where the range runs out.
     static func nice(for qos: QualityOfService) -> Int32 {
-        min(19, max(-20, processNice + offset(for: qos)))
+        niceTable[Int(ClassRank.of(qos)) - 1]
+    }
+
+    /// The nice of each class, background first: `nices(around:)` for this process.
+    static let niceTable: [Int32] = nices(around: processNice)
+
+    /// Each class's nice around a process nice of `base`, background first.
+    ///
+    /// Every class keeps its own place at every process nice. Clamping alone would let
+    /// classes meet at the ends of the range: at −20, userInteractive, userInitiated and
+    /// default would all run at −20 and share the CPU evenly. Where the offsets run
+    /// past −20, the classes above default are kept one nice apart from each other and
+    /// from default, pushing default (and utility) up as little as that takes. At the
+    /// other end, utility and default may meet at 19, and their policies still order
+    /// them (SCHED_BATCH gets no wake-up preemption), as SCHED_IDLE orders background
+    /// below everything whatever its nice.
+    static func nices(around base: Int32) -> [Int32] {
+        func clamp(_ n: Int32) -> Int32 { min(19, max(-20, n)) }
+        let ui = clamp(base + offset(for: .userInteractive))
+        let initiated = min(19, max(clamp(base + offset(for: .userInitiated)), ui + 1))
+        let def = min(19, max(clamp(base), initiated + 1))
+        let ut = min(19, max(clamp(base + offset(for: .utility)), def + 1))
+        let bg = max(clamp(base + offset(for: .background)), ut)
+        return [bg, ut, def, initiated, ui]
+    }
+
+    /// The class of a process-wide pool's engine, if it is one (creates nothing). The
+    /// default class's first: a class the system gave no threads runs on its pool.
+    static func rank(ofEngine raw: OpaquePointer) -> UInt8? {
+        let bits = UInt(bitPattern: UnsafeRawPointer(raw))
+        if engineDefault.load(ordering: .acquiring) == bits { return 3 }
+        if engineUI.load(ordering: .acquiring) == bits { return 5 }
+        if engineIN.load(ordering: .acquiring) == bits { return 4 }
+        if engineUT.load(ordering: .acquiring) == bits { return 2 }
+        if engineBG.load(ordering: .acquiring) == bits { return 1 }
+        return nil
     }
 
     static func name(for qos: QualityOfService) -> String {
@@ -84,7 +120,7 @@ enum QoSPools {
         }
     }
 
-    /// The process-wide pools, by nice value (the default class's is ``ThreadPool/shared``)
+    /// The process-wide pools, by class (the default class's is ``ThreadPool/shared``)
     /// and fork generation: a forked child makes its own (see `forkGeneration`).
     private static let pools = Mutex<[Int: ThreadPool]>([:])
 
@@ -195,6 +231,19 @@ enum QoSPools {
         return raw
     }
 
+    /// Caches `raw` as the engine of `qos`'s pool (a pool is made once per class and
+    /// fork generation, so racing stores store the same value).
+    private static func cacheEngine(_ raw: OpaquePointer, for qos: QualityOfService) {
+        let bits = UInt(bitPattern: UnsafeRawPointer(raw))
+        switch qos {
+        case .userInteractive: engineUI.store(bits, ordering: .releasing)
+        case .userInitiated: engineIN.store(bits, ordering: .releasing)
+        case .utility: engineUT.store(bits, ordering: .releasing)
+        case .background: engineBG.store(bits, ordering: .releasing)
+        default: engineDefault.store(bits, ordering: .releasing)
+        }
+    }
+
     static let engineUI = Atomic<UInt>(0)
     static let engineIN = Atomic<UInt>(0)
     static let engineDefault = Atomic<UInt>(0)
@@ -213,7 +262,9 @@ enum QoSPools {
             return Unmanaged<ThreadPool>.fromOpaque(object).takeUnretainedValue()
         }
         _ = forkHandler
-        let key = Int(nice(for: qos)) + 64 * forkGeneration.load(ordering: .relaxed)
+        // Keyed by class, never by nice: two classes whose nice values meet at the end
+        // of the range still have workers, a policy and an order of their own.
+        let key = Int(ClassRank.of(qos)) + 8 * forkGeneration.load(ordering: .relaxed)
         return pools.locked { p in
             if let existing = p[key] { return existing }
             var c = ThreadPool.Configuration()
@@ -224,7 +275,7 @@ enum QoSPools {
             // A class the system will not give threads to runs its work on a pool that
             // exists (the default class's, or any other), rather than stop the process.
             let made: ThreadPool
-            let defaultKey = Int(nice(for: .default)) + 64 * forkGeneration.load(ordering: .relaxed)
+            let defaultKey = Int(ClassRank.of(QualityOfService.default)) + 8 * forkGeneration.load(ordering: .relaxed)
             if let own = makeProcessWide(c, label: "\(qos)") {
                 made = own
             } else if !isDefault, let fallback = p[defaultKey] ?? makeDefaultForFallback() {
@@ -245,6 +296,8 @@ enum QoSPools {
                 reportRefusedNice(qos, error)
             }
             p[key] = made
+            // So that `rank(ofEngine:)` knows a pool reached only through this call.
+            cacheEngine(made.raw, for: qos)
             return made
         }
     }
@@ -262,5 +315,28 @@ extension ThreadPool {
     /// The worker set that runs operations of quality of service `qos`.
     public static func forQualityOfService(_ qos: QualityOfService) -> ThreadPool {
         QoSPools.pool(for: qos)
+    }
+}
+
+extension ThreadPool {
+    /// What promotion has done in this process since it started (see
+    /// <doc:QualityOfService>).
+    public struct PromotionCounts: Sendable, Equatable {
+        /// Operations moved to a higher class's workers before they started.
+        public var moved: Int
+        /// Running operations whose thread took a higher class's priority.
+        public var raised: Int
+        /// Running operations whose thread the kernel refused a higher class's
+        /// priority: a lower nice, or leaving SCHED_IDLE, needs CAP_SYS_NICE or
+        /// RLIMIT_NICE. They ran on at their own class's priority.
+        public var refused: Int
+    }
+
+    /// What promotion has done in this process: operations moved to a higher class's
+    /// workers, running ones raised, and raises the kernel refused.
+    public static var promotionCounts: PromotionCounts {
+        PromotionCounts(moved: PromotionCounters.moved.load(ordering: .relaxed),
+                        raised: PromotionCounters.raised.load(ordering: .relaxed),
+                        refused: PromotionCounters.refused.load(ordering: .relaxed))
     }
 }

@@ -10,14 +10,16 @@ private final class Flag: Sendable { let value = Atomic<Bool>(false) }
 /// `AsyncBlockOperation`: an operation whose work is an async closure.
 final class AsyncBlockOperationTests: XCTestCase {
     func testItFinishesWhenItsClosureReturnsAndRunsOnItsClassWorkers() {
-        let utility = ThreadPool.forQualityOfService(.utility)
+        // A class above the waiting thread's and the dependent's, so that neither
+        // promotes it.
+        let initiated = ThreadPool.forQualityOfService(.userInitiated)
         let log = Log()
         let op = AsyncBlockOperation {
-            log.add("begin on utility: \(utility.isCurrentThreadWorker)")
+            log.add("begin on userInitiated: \(initiated.isCurrentThreadWorker)")
             try? await Task.sleep(for: .milliseconds(30))
-            log.add("end on utility: \(utility.isCurrentThreadWorker)")
+            log.add("end on userInitiated: \(initiated.isCurrentThreadWorker)")
         }
-        op.qualityOfService = .utility
+        op.qualityOfService = .userInitiated
         op.completionBlock = { log.add("completion") }
         let dependent = BlockOperation { log.add("dependent") }
         dependent.addDependency(op)
@@ -31,7 +33,7 @@ final class AsyncBlockOperationTests: XCTestCase {
         // The completion block runs as a task of its own, after the operation retired.
         XCTAssertTrue(eventually { log.all.count == 4 })
         let all = log.all
-        XCTAssertEqual(Array(all.prefix(2)), ["begin on utility: true", "end on utility: true"])
+        XCTAssertEqual(Array(all.prefix(2)), ["begin on userInitiated: true", "end on userInitiated: true"])
         // The completion block and the dependent both follow the closure's end.
         XCTAssertEqual(Set(all.dropFirst(2)), ["completion", "dependent"])
         XCTAssertNil(op.completionBlock)

@@ -13,6 +13,7 @@ final class QueueExecutionTests: XCTestCase {
         let q = OperationQueue()
         let names = Mutex<[QualityOfService: (String, Int)]>([:])
         let policies = Mutex<[QualityOfService: Int]>([:])
+        var ops: [BlockOperation] = []
         for qos in [QualityOfService.background, .utility, .default] {
             let op = BlockOperation {
                 let n = (currentThreadName(), currentThreadNice())
@@ -21,14 +22,18 @@ final class QueueExecutionTests: XCTestCase {
                 policies.locked { $0[qos] = p }
             }
             op.qualityOfService = qos
+            ops.append(op)
             q.addOperation(op)
         }
         // Queue default applies when the operation sets none.
         let q2 = OperationQueue()
         q2.qualityOfService = .background
-        q2.addOperation { let n = (currentThreadName(), currentThreadNice()); names.locked { $0[.userInteractive] = n } }
-        q.waitUntilAllOperationsAreFinished()
-        q2.waitUntilAllOperationsAreFinished()
+        let last = BlockOperation { let n = (currentThreadName(), currentThreadNice()); names.locked { $0[.userInteractive] = n } }
+        ops.append(last)
+        q2.addOperation(last)
+        // Not `waitUntilAllOperationsAreFinished`: a default-class thread that waits
+        // promotes background and utility work to its own class.
+        XCTAssertTrue(eventually(within: 60) { ops.allSatisfy(\.isFinished) })
         let r = names.locked { $0 }
         XCTAssertTrue(r[.background]!.0.hasPrefix("spindle-bg"), r[.background]!.0)
         XCTAssertEqual(r[.background]!.1, 10)
@@ -68,16 +73,21 @@ final class QueueExecutionTests: XCTestCase {
         q.isSuspended = true
         let wrong = Atomic<Int>(0)
         let n = Stress.count(400)
+        // A semaphore, not `waitUntilAllOperationsAreFinished`: a default-class thread
+        // waiting for the queue would promote its utility operations to default.
+        let ran = Atomic<Int>(0)
+        let all = DispatchSemaphore(value: 0)
         for i in 0..<n {
             let qos: QualityOfService = i % 3 == 0 ? .utility : .default
             let op = BlockOperation {
                 if ThreadPool.current !== ThreadPool.forQualityOfService(qos) { wrong.add(1, ordering: .relaxed) }
+                if ran.add(1, ordering: .acquiringAndReleasing).newValue == n { all.signal() }
             }
             op.qualityOfService = qos
             q.addOperation(op)
         }
         q.isSuspended = false
-        q.waitUntilAllOperationsAreFinished()
+        all.wait()
         XCTAssertEqual(wrong.load(ordering: .relaxed), 0, "operations ran on another class's workers")
     }
 

@@ -47,9 +47,11 @@ func residentBytes() -> Int {
 
 /// Runs a child process to completion; returns its exit status and everything it
 /// printed (stdout and stderr together).
-func runChild(_ executable: String, _ arguments: [String], environment: [String: String]) throws -> (status: Int32, output: String) {
+func runChild(_ executable: String, _ arguments: [String], environment: [String: String],
+              directory: URL? = nil) throws -> (status: Int32, output: String) {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: executable)
+    if let directory { p.currentDirectoryURL = directory }
     p.arguments = arguments
     // A sanitizer's options go to the children too: the test binary runs itself.
     var environment = environment
@@ -150,3 +152,44 @@ func assertEndsCancelled<T: Sendable>(_ task: Task<T, any Error>, _ message: Str
         XCTFail("\(message): threw \(error) instead of CancellationError", file: file, line: line)
     }
 }
+
+/// Runs one test of this binary in a child process as the unprivileged user `nobody`
+/// (with `setpriv`), under `nice -n` when `nice` is given. The binary is first copied
+/// to a folder `nobody` can read, and the child starts there: a checkout in a private
+/// folder (a 0700 `/root`) is out of its reach, and Foundation's bundle lookup would
+/// stop it before the first test. Throws XCTSkip without root or setpriv.
+func runTestAsNobody(_ test: String, environment: [String: String], nice: Int? = nil) throws
+    -> (status: Int32, output: String) {
+    guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
+    guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+          nice == nil || FileManager.default.isExecutableFile(atPath: "/usr/bin/nice") else {
+        throw XCTSkip("no setpriv or nice")
+    }
+    let binary = try readableCopyOfTestBinary()
+    let setpriv = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", binary, test]
+    let command = nice.map { ["/usr/bin/nice", "-n", "\($0)"] + setpriv } ?? setpriv
+    var env = environment
+    env["PATH"] = env["PATH"] ?? "/usr/bin:/bin"
+    env["HOME"] = env["HOME"] ?? "/tmp"
+    return try runChild(command[0], Array(command.dropFirst()), environment: env,
+                        directory: URL(fileURLWithPath: (binary as NSString).deletingLastPathComponent))
+}
+
+/// This test binary, copied once per process to a fresh 0755 folder under the
+/// temporary directory.
+func readableCopyOfTestBinary() throws -> String {
+    try readableCopy.withLock { copy in
+        if let copy { return copy }
+        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("spindle-tests-\(getpid())")
+        try? FileManager.default.removeItem(at: dir)
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o755])
+        let target = dir.appendingPathComponent(me.lastPathComponent)
+        try FileManager.default.copyItem(at: me, to: target)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: target.path)
+        copy = target.path
+        return target.path
+    }
+}
+private let readableCopy = Mutex<String?>(nil)

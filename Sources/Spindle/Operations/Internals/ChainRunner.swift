@@ -57,7 +57,11 @@ enum ChainRunner {
     /// finishing the operation this runner is running — not while its `main()` runs, so
     /// an operation that becomes ready then is not made to wait for it. Every
     /// `chainLength` operations the runner yields if anything else waits.
-    static func runChain(_ first: Unmanaged<Operation>) {
+    ///
+    /// `copyRank`: `first` is a promoted operation's copy on that class's pool
+    /// (Promotion.swift, P5). Whichever runner claims an operation runs it (P4); one that
+    /// finds it claimed does nothing with it.
+    static func runChain(_ first: Unmanaged<Operation>, copyRank: UInt8? = nil) {
         let ts = ThreadState.unmanagedCurrent
         // Saved and restored: a worker waiting inside an operation runs other tasks,
         // and so other chains, nested in this one.
@@ -66,11 +70,19 @@ enum ChainRunner {
             return (ts.chainOpen, ts.chainBudget)
         }
         var op = first
+        var copy = copyRank
         while true {
-            op.withGuaranteedReference { op in
-                op.ownerQueue.unsafelyUnwrapped.withGuaranteedReference { $0.run(op) }
+            let claim = op.withGuaranteedReference { $0.claimRun(copyRank: copy) }
+            copy = nil
+            if claim.won {
+                op.withGuaranteedReference { op in
+                    op.ownerQueue.unsafelyUnwrapped.withGuaranteedReference { $0.run(op) }
+                    op.endRun()
+                }
+                runnerDone(op)
             }
-            runnerDone(op)
+            // The original node's reference, which a move took (P5); ours to drop now.
+            if claim.releaseNodeReference { op.release() }
             // Its completion block, when its finish left it here to start before the
             // operation in the slot (FinishProtocol.swift, F7): that operation goes to
             // the pool first, so that it may run beside the block — a completion block
@@ -135,7 +147,10 @@ enum ChainRunner {
         }
     }
 
-    static func submit(_ op: Operation, pool: OpaquePointer) {
+    /// Submits a started operation to `pool`, the pool of class `rank`, or to this
+    /// thread's continuation slot.
+    static func submit(_ op: Operation, pool: OpaquePointer, rank: UInt8) {
+        op.markSubmitted(rank: rank)
         if continueOnThisThread(op, pool: pool) { return }
         submitToPool(op, pool: pool)
     }

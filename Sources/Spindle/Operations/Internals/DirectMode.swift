@@ -54,7 +54,8 @@ extension OperationQueue {
                 ChainRunner.runnerDone(Unmanaged.passUnretained(run.value.1))
             }
         } else {
-            ChainRunner.submit(op, pool: QoSPools.engine(for: op.effectiveQoS(queueDefault: config.qualityOfService)))
+            let qos = op.effectiveQoS(queueDefault: config.qualityOfService)
+            ChainRunner.submit(op, pool: QoSPools.engine(for: qos), rank: ClassRank.of(qos))
         }
     }
 

@@ -12,6 +12,7 @@ import Synchronization
 // A4. After the lock: start what may start, or, if it was not found ready, evaluate
 //     its readiness again — a readiness change between A2 and A3 was held back until
 //     `QueueSlot.linked` let it through.
+// A5. Its class is promoted onto what it waits for (Promotion.swift, P3).
 
 extension OperationQueue {
     func enqueue(_ op: Operation, isBarrier: Bool = false) {
@@ -39,6 +40,12 @@ extension OperationQueue {
         // (Cancellation makes the base `isReady` true; a custom condition still holds.)
         let readyNow = noDependencies && (op.isPlainClass || op.isReady)
         register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
+        // A5. Its class reaches what it waits for (Promotion.swift, P3). Not a barrier's:
+        // the queue's own, which no class waits on until an operation is added behind it.
+        if !isBarrier && (!noDependencies || op.hasOwnPriority.load(ordering: .relaxed)
+                          || op.promotedRank.load(ordering: .relaxed) != 0) {
+            promoteOnAdd(op)
+        }
     }
 
     /// Registers a claimed operation and starts it if it may start. `u` is a reference

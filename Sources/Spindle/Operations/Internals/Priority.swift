@@ -35,8 +35,18 @@ extension Operation {
         }
     }
 
-    /// The effective class this operation runs at, given its queue's.
+    /// The effective class this operation runs at, given its queue's: its own (or its
+    /// queue's), raised to the class a promotion gave it (Promotion.swift, P1).
+    @inline(__always)
     func effectiveQoS(queueDefault: QualityOfService) -> QualityOfService {
+        let floor = promotedRank.load(ordering: .acquiring)
+        let natural = naturalQoS(queueDefault: queueDefault)
+        if floor == 0 { return natural }
+        return ClassRank.of(natural) >= floor ? natural : ClassRank.qos(floor)
+    }
+
+    /// The class this operation runs at without promotion: its own, or its queue's.
+    func naturalQoS(queueDefault: QualityOfService) -> QualityOfService {
         if !hasOwnPriority.load(ordering: .acquiring) { return queueDefault }
         let (qos, explicit, tp) = guarded.locked { ($0.qualityOfService, $0.qosExplicit, $0.extras?.threadPriority) }
         if explicit && qos != .default { return qos }

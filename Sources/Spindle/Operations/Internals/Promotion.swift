@@ -1,0 +1,403 @@
+import CSpindle
+import Foundation
+import Synchronization
+
+// Promotion: a higher class never waits on a lower one.
+//
+// Spindle's classes are real kernel priorities: background work runs under SCHED_IDLE
+// and gets almost no CPU while anything else wants it. An operation of a higher class
+// that depends on it, or a thread of a higher class that waits for it, would wait as
+// long. Apple's OperationQueue resolves this by promotion (Energy Efficiency Guide,
+// "Prioritize Work with Quality of Service Classes"), and so does Spindle:
+//
+// P1. An operation's class only rises. `promotedRank` is a floor under the class it
+//     would run at (its own, else its queue's): `effectiveQoS` is the higher of the
+//     two. `qualityOfService` reads back what was set — "the minimum level of service
+//     the operation needs", in Apple's words; the floor is what Spindle gives it beyond
+//     that.
+// P2. Promotion is transitive and iterative (a work list, never recursion: a chain may
+//     be a million long). An operation raised to r raises its unfinished dependencies
+//     (barriers included) to r, and, in a queue of limited width, the unfinished
+//     operations added before it, which it may wait behind. A floor already at r stops
+//     the walk: the walk that raised it went on from there, and every dependency added
+//     since was raised by P3's first rule. Operations reached through the queue do not
+//     walk the queue again (their own predecessors are among the ones collected).
+// P3. Who promotes:
+//     - a new dependency edge: the dependent's class onto the dependency, when the
+//       dependent's class is known (its own, or its queue's);
+//     - adding an operation to a queue: its class onto its unfinished dependencies,
+//       and, in a queue of limited width, onto the operations ahead of it when its
+//       class is above the queue's;
+//     - a raised `qualityOfService` (or `threadPriority`);
+//     - a wait: `waitUntilFinished`, `waitUntilAllOperationsAreFinished`, `finished()`
+//       and `allOperationsFinished()`, at the class of the waiting thread or task.
+// P4. Where the run stands is one word, `execWord`: IDLE, SUBMITTED at a class, MOVED
+//     to a higher class, RUNNING at a class on a thread, DONE. The dispatcher writes
+//     SUBMITTED before the operation reaches a pool. Every runner claims it with a CAS
+//     from SUBMITTED or MOVED to RUNNING, so of the runners that reach it exactly one
+//     runs it.
+// P5. A submitted operation raised above its pool's class is moved: SUBMITTED or MOVED
+//     to MOVED at the new class by CAS, and a copy task, holding the operation, goes
+//     to the new class's pool. It never waits behind its old class's backlog. The
+//     original task node is inside the operation, and a copy may run and finish it
+//     first, so the first move retains the operation for the original node, which
+//     releases it when it comes to run (won or lost).
+// P6. A running operation raised above its thread's class makes that thread take the
+//     new class's policy, nice and slice (promote.c): under the operation's lock, the
+//     RUNNING word gets the new class and the boosted bit, then sched_setattr. The
+//     runner ends with an exchange to DONE; when it finds the bit, it takes the
+//     operation's lock — waiting out a promoter still in its system call — and takes
+//     back its own pool's priority before it runs anything else.
+// P7. The raise and the claim are a Dekker pair (seq_cst on both sides): a promoter
+//     raises the floor, then reads the word; a runner claims, then reads the floor.
+//     Either the promoter sees SUBMITTED (and moves it) or RUNNING (and boosts it), or
+//     the runner sees the new floor and boosts itself (under the lock, as P6). So a
+//     dispatcher that read the floor before the raise, and submitted at the old class,
+//     strands nothing.
+//
+// Rejected:
+// - Re-queueing a submitted operation instead of copying it. Taking a task back out of
+//   a Chase-Lev deque or the injector is not an operation either supports, and adding
+//   it would put a second protocol on the engine's hottest paths.
+// - Running every class's work on shared workers re-niced per task: two system calls
+//   per task, and an unprivileged thread cannot lower its nice again (spawn.c).
+// - A persistent floor on the queue. The operations a promoted queue would run higher
+//   are those behind the higher-class one; none of them is waited for.
+
+/// A quality-of-service class as a number that orders: 1 background … 5
+/// userInteractive; 0 means none.
+enum ClassRank {
+    static func of(_ qos: QualityOfService) -> UInt8 {
+        switch qos {
+        case .background: return 1
+        case .utility: return 2
+        case .userInitiated: return 4
+        case .userInteractive: return 5
+        default: return 3
+        }
+    }
+
+    static func qos(_ rank: UInt8) -> QualityOfService {
+        switch rank {
+        case 1: return .background
+        case 2: return .utility
+        case 4: return .userInitiated
+        case 5: return .userInteractive
+        default: return .default
+        }
+    }
+
+    /// The class of a task priority. Swift's priorities share Dispatch's QoS values:
+    /// high and userInitiated 25, medium 21, low and utility 17, background 9.
+    static func of(_ priority: TaskPriority) -> UInt8 {
+        switch priority.rawValue {
+        case 33...: return 5
+        case 25...: return 4
+        case 21...: return 3
+        case 17...: return 2
+        default: return 1
+        }
+    }
+}
+
+/// `Operation.execWord` (P4): state in bits 0-2, the class it was submitted at in 3-5,
+/// the class it is at now (moved to, or running at) in 6-8, the boosted bit, and the
+/// running thread's id in the high half.
+enum ExecWord {
+    static let idle: UInt64 = 0
+    static let submitted: UInt64 = 1
+    static let moved: UInt64 = 2
+    static let running: UInt64 = 3
+    static let done: UInt64 = 4
+    static let stateMask: UInt64 = 7
+    static let boosted: UInt64 = 1 << 9
+    static let rankMask: UInt64 = 7 << 6
+
+    @inline(__always)
+    static func make(_ state: UInt64, submittedAt: UInt8, at: UInt8, tid: Int32 = 0) -> UInt64 {
+        state | UInt64(submittedAt) << 3 | UInt64(at) << 6 | UInt64(UInt32(bitPattern: tid)) << 32
+    }
+    static func submittedRank(_ w: UInt64) -> UInt8 { UInt8(truncatingIfNeeded: (w >> 3) & 7) }
+    static func rank(_ w: UInt64) -> UInt8 { UInt8(truncatingIfNeeded: (w >> 6) & 7) }
+    static func tid(_ w: UInt64) -> Int32 { Int32(bitPattern: UInt32(truncatingIfNeeded: w >> 32)) }
+}
+
+/// What promotion did, process-wide (``ThreadPool/promotionCounts``).
+enum PromotionCounters {
+    static let moved = Atomic<Int>(0)
+    static let raised = Atomic<Int>(0)
+    static let refused = Atomic<Int>(0)
+}
+
+extension Operation {
+    // MARK: P1, P2: the floor and the walk
+
+    /// Raises the floor to `rank`; true when it rose (P1).
+    func raiseFloor(to rank: UInt8) -> Bool {
+        var current = promotedRank.load(ordering: .relaxed)
+        while current < rank {
+            // seq_cst: the promoter's side of P7.
+            let (done, seen) = promotedRank.compareExchange(
+                expected: current, desired: rank, ordering: .sequentiallyConsistent)
+            if done { return true }
+            current = seen
+        }
+        return false
+    }
+
+    /// Promotes this operation and what it waits for to `rank` (P2). `walkQueue`:
+    /// false for an operation reached through its queue.
+    func promote(to rank: UInt8, walkQueue: Bool = true) {
+        guard rank > 0 else { return }
+        var work: [(op: Operation, viaQueue: Bool)] = [(self, !walkQueue)]
+        while let (op, viaQueue) = work.popLast() {
+            if op.finishHandled.load(ordering: .acquiring) || !op.raiseFloor(to: rank) { continue }
+            op.promoteRun(to: rank)
+            if op.hadDependencies.load(ordering: .acquiring) {
+                for d in op.guarded.locked({ $0.dependencies }) where !d.finishHandled.load(ordering: .acquiring) {
+                    work.append((d, false))
+                }
+            }
+            if !viaQueue && op.queueSync.word.load(ordering: .acquiring) != 0 {
+                op.withPinnedQueue { q in
+                    for ahead in q.unfinishedAhead(of: op) { work.append((ahead, true)) }
+                }
+            }
+        }
+    }
+
+    /// Promotes this operation's unfinished dependencies to `rank`, when its class is
+    /// known (P3: a new edge, an add, a raised class).
+    func promoteDependencies(to rank: UInt8) {
+        guard rank > 0, hadDependencies.load(ordering: .acquiring) else { return }
+        let queue = queueSync.word.load(ordering: .acquiring)
+        for d in guarded.locked({ $0.dependencies }) where !d.finishHandled.load(ordering: .acquiring) {
+            // A dependency in the same queue with no class of its own runs at this
+            // operation's class already (a chain in one queue: the usual case).
+            if queue != 0 && d.queueSync.word.load(ordering: .relaxed) == queue
+                && !d.hasOwnPriority.load(ordering: .acquiring) && d.promotedRank.load(ordering: .relaxed) == 0
+                && !hasOwnPriority.load(ordering: .acquiring) && promotedRank.load(ordering: .relaxed) == 0 {
+                continue
+            }
+            d.promote(to: rank)
+        }
+    }
+
+    /// Its own class was set (P3): a queued or running operation rises to it in place,
+    /// and its unfinished dependencies follow.
+    func ownClassChanged() {
+        guard !finishHandled.load(ordering: .acquiring) else { return }
+        if queueSync.word.load(ordering: .acquiring) != 0 {
+            promote(to: knownRank)
+        } else {
+            promoteDependencies(to: knownRank)
+        }
+    }
+
+    /// The class this operation runs at, when it is known: its own, a promotion, or its
+    /// queue's; 0 for an operation in no queue with no class of its own.
+    var knownRank: UInt8 {
+        let floor = promotedRank.load(ordering: .acquiring)
+        var own: UInt8 = 0
+        if queueSync.word.load(ordering: .acquiring) != 0 {
+            withPinnedQueue { q in own = ClassRank.of(effectiveQoS(queueDefault: q.qualityOfService)) }
+        } else if hasOwnPriority.load(ordering: .acquiring) {
+            own = ClassRank.of(effectiveQoS(queueDefault: .default))
+        }
+        return max(own, floor)
+    }
+
+    // MARK: P4-P6: the run
+
+    /// P4: the dispatcher's mark, before the operation reaches `rank`'s pool (or the
+    /// continuation slot of a worker of that pool). Relaxed: the runner reads it after
+    /// the submission's release; a promoter acts on it only by CAS.
+    @inline(__always)
+    func markSubmitted(rank: UInt8) {
+        execWord.store(ExecWord.make(ExecWord.submitted, submittedAt: rank, at: rank), ordering: .relaxed)
+    }
+
+    /// P4: claims the run for the calling thread. `copyRank`: the class of the pool a
+    /// moved copy runs on (P5); nil for the original task node or continuation slot.
+    /// Returns whether this thread runs the operation, and whether it must release the
+    /// reference the first move took for the original node.
+    @inline(__always)
+    func claimRun(copyRank: UInt8?) -> (won: Bool, releaseNodeReference: Bool) {
+        var w = execWord.load(ordering: .relaxed)
+        while true {
+            let state = w & ExecWord.stateMask
+            guard state == ExecWord.submitted || state == ExecWord.moved else {
+                // The other runner has it (a copy exists, so the original node was
+                // retained by the move).
+                return (false, copyRank == nil)
+            }
+            let rank = copyRank ?? ExecWord.submittedRank(w)
+            let desired = ExecWord.make(ExecWord.running, submittedAt: rank, at: rank, tid: spindle_thread_id())
+            // seq_cst: the runner's side of P7.
+            let (done, seen) = execWord.compareExchange(expected: w, desired: desired, ordering: .sequentiallyConsistent)
+            if done {
+                if promotedRank.load(ordering: .sequentiallyConsistent) > rank { boostSelf() }
+                return (true, state == ExecWord.moved && copyRank == nil)
+            }
+            w = seen
+        }
+    }
+
+    /// P6: the runner's end. Before `runnerDone`, while the runner's borrowed
+    /// reference is still good.
+    @inline(__always)
+    func endRun() {
+        let before = execWord.exchange(ExecWord.done, ordering: .acquiringAndReleasing)
+        if before & ExecWord.boosted != 0 { endBoost() }
+    }
+
+    @inline(never)
+    func endBoost() {
+        // A promoter that set the bit holds the lock until its system call is done.
+        guarded.locked { _ in }
+        if let own = spindle_current_pool() { _ = spindle_thread_adopt_pool_priority(0, own, nil) }
+    }
+
+    @inline(never)
+    func boostSelf() {
+        guarded.locked { _ in boostRunningLocked(to: promotedRank.load(ordering: .acquiring)) }
+    }
+
+    /// P5, P6: moves a submitted run, or boosts a running one, up to `rank`.
+    func promoteRun(to rank: UInt8) {
+        var w = execWord.load(ordering: .sequentiallyConsistent)
+        while true {
+            let state = w & ExecWord.stateMask
+            if state == ExecWord.submitted || state == ExecWord.moved {
+                guard ExecWord.rank(w) < rank else { return }
+                let first = state == ExecWord.submitted
+                let me = Unmanaged.passUnretained(self)
+                // The original node's reference (P5), taken before the move is visible.
+                if first { _ = me.retain() }
+                let desired = ExecWord.make(ExecWord.moved, submittedAt: ExecWord.submittedRank(w), at: rank)
+                let (done, seen) = execWord.compareExchange(expected: w, desired: desired, ordering: .sequentiallyConsistent)
+                guard done else {
+                    if first { me.release() }
+                    w = seen
+                    continue
+                }
+                submitCopy(at: rank)
+                PromotionCounters.moved.add(1, ordering: .relaxed)
+                return
+            }
+            if state == ExecWord.running {
+                guard ExecWord.rank(w) < rank else { return }
+                guarded.locked { _ in boostRunningLocked(to: rank) }
+            }
+            // IDLE: the dispatch that follows reads the floor, or its runner does (P7).
+            // DONE: nothing to do.
+            return
+        }
+    }
+
+    /// P6, under the operation's lock: the RUNNING word to `rank` with the boosted bit,
+    /// then the running thread to that class's priority.
+    func boostRunningLocked(to rank: UInt8) {
+        var w = execWord.load(ordering: .sequentiallyConsistent)
+        while w & ExecWord.stateMask == ExecWord.running && ExecWord.rank(w) < rank {
+            let desired = (w & ~ExecWord.rankMask) | UInt64(rank) << 6 | ExecWord.boosted
+            let (done, seen) = execWord.compareExchange(expected: w, desired: desired, ordering: .sequentiallyConsistent)
+            if done {
+                Promotion.adopt(thread: ExecWord.tid(w), rank: rank)
+                return
+            }
+            w = seen
+        }
+    }
+
+    /// P5: a task on `rank`'s pool that claims and runs this operation, holding it.
+    func submitCopy(at rank: UInt8) {
+        let task = ClosureTask.make { [self] in
+            ChainRunner.runChain(Unmanaged.passUnretained(self), copyRank: rank)
+        }
+        let rc = spindle_submit_task(QoSPools.engine(for: ClassRank.qos(rank)), task)
+        // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool).
+        precondition(rc == 0, "Spindle: a process-wide pool refused a promoted operation (engine bug, rc \(rc))")
+    }
+}
+
+extension OperationQueue {
+    /// The unfinished operations added before `op`, when the queue limits its width (P2):
+    /// those are the ones `op` may wait behind.
+    func unfinishedAhead(of op: Operation) -> [Operation] {
+        state.locked { s -> [Operation] in
+            guard s.maxConcurrent >= 0, op.queueSlot.linked else { return [] }
+            var out: [Operation] = []
+            var cursor = op.queueSlot.prev
+            while let c = cursor {
+                let o = c.takeUnretainedValue()
+                if !o.queueSync.done.load(ordering: .acquiring) { out.append(o) }
+                cursor = o.queueSlot.prev
+            }
+            return out
+        }
+    }
+
+    /// An operation was added (P3): its class reaches its unfinished dependencies, and,
+    /// when it is above the queue's, the operations ahead of it in a narrow queue.
+    func promoteOnAdd(_ op: Operation) {
+        let raw = assignedQoS.load(ordering: .relaxed)
+        let queueQoS = raw == Int.min ? QualityOfService.default : QualityOfService(rawValue: raw) ?? .default
+        let rank = ClassRank.of(op.effectiveQoS(queueDefault: queueQoS))
+        op.promoteDependencies(to: rank)
+        if rank > ClassRank.of(queueQoS) {
+            for ahead in unfinishedAhead(of: op) { ahead.promote(to: rank, walkQueue: false) }
+        }
+    }
+
+    /// Promotes every unfinished operation of the queue to `rank` (a wait for all of
+    /// them: P3).
+    func promoteAll(to rank: UInt8) {
+        guard rank > 0, unfinishedCount > 0 else { return }
+        for op in state.locked({ handOut($0.unfinished) }) { op.promote(to: rank, walkQueue: false) }
+    }
+}
+
+/// The class of whoever waits (P3).
+enum Promotion {
+    /// The calling thread's class: the class of the operation it runs (with its
+    /// promotions), or of the Spindle pool it works for; a class the program gave the
+    /// thread through Foundation's `Thread.qualityOfService`; otherwise the class its
+    /// policy and nice correspond to, around the process's nice as the pools place them.
+    static func callingThreadRank() -> UInt8 {
+        if let op = ThreadState.current.currentOperation {
+            let w = op.withGuaranteedReference { $0.execWord.load(ordering: .acquiring) }
+            if w & ExecWord.stateMask == ExecWord.running, ExecWord.rank(w) > 0 { return ExecWord.rank(w) }
+        }
+        if let raw = spindle_current_pool(), let rank = QoSPools.rank(ofEngine: raw) { return rank }
+        let set = Thread.current.qualityOfService
+        if set != .default { return ClassRank.of(set) }
+        var nice: Int32 = 0
+        let policy = spindle_thread_class_of_caller(&nice)
+        if policy == Int32(SPINDLE_POLICY_IDLE) { return 1 }
+        if policy == Int32(SPINDLE_POLICY_BATCH) { return 2 }
+        for rank: UInt8 in [5, 4, 3, 2] where nice <= QoSPools.nice(for: ClassRank.qos(rank)) { return rank }
+        return 1
+    }
+
+    /// The calling task's class, for the async waits.
+    static func callingTaskRank() -> UInt8 {
+        withUnsafeCurrentTask { $0 } == nil ? callingThreadRank() : ClassRank.of(Task.currentPriority)
+    }
+
+    /// P6: thread `tid` to `rank`'s priority, counted and, when refused, said once.
+    static func adopt(thread tid: Int32, rank: UInt8) {
+        let qos = ClassRank.qos(rank)
+        var got: Int32 = 0
+        let error = spindle_thread_adopt_pool_priority(tid, QoSPools.engine(for: qos), &got)
+        if error == 0 {
+            PromotionCounters.raised.add(1, ordering: .relaxed)
+            return
+        }
+        PromotionCounters.refused.add(1, ordering: .relaxed)
+        let what = error == EPERM || error == EACCES
+            ? "a lower nice or leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE" : "errno \(error)"
+        QoSPools.report("a running operation promoted to \(qos) could not take that class's priority (\(what)); "
+            + "it runs at its own class's until it finishes, and promotions of queued work are unaffected")
+    }
+}
