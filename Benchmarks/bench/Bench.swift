@@ -16,7 +16,7 @@ struct Bench: ParsableCommand {
     enum Format: String, ExpressibleByArgument, CaseIterable { case table, json, markdown }
 
     static let allCases = ["submit", "fork-join", "parallel-for", "operation-throughput", "serial-queue",
-                           "dependency-chain", "blocking", "latency", "async-offload", "qos-under-load", "idle-cpu"]
+                           "dependency-chain", "blocking", "latency", "async-offload", "qos-under-load", "priority-inversion", "idle-cpu"]
 
     @Argument(help: "'topology' prints the detected topology and the placement plan instead of running the timed cases.")
     var mode: String?
@@ -121,6 +121,9 @@ struct Bench: ParsableCommand {
                 results.append(try qosUnderLoadCase(samples: tasks ?? (quick ? 100 : 500), reps: min(reps, quick ? 3 : 5), cpus: pool.workerCount))
             case "async-offload":
                 results.append(try asyncOffloadCase(pool: pool, nio: nio, tasks: tasks ?? (quick ? 5_000 : 20_000), reps: reps))
+            case "priority-inversion":
+                results += try priorityInversionCases(samples: tasks ?? (quick ? 8 : 25), reps: min(reps, quick ? 2 : 3),
+                                                      cpus: pool.workerCount, workMicros: 3_000)
             case "idle-cpu":
                 let pools = [pool, ThreadPool.shared] + [QualityOfService.background, .userInteractive].map(ThreadPool.forQualityOfService)
                 results.append(try idleCPUCase(pools: pools, seconds: quick ? 0.5 : 1.0, reps: 3))
