@@ -576,6 +576,10 @@ int spindle_submit_task(spindle_pool *pool, spindle_task *task) {
         spindle_worker_push(w, task);
         return 0;
     }
+    return spindle_submit_task_shared(pool, task);
+}
+
+int spindle_submit_task_shared(spindle_pool *pool, spindle_task *task) {
     /* A pool inherited through fork(): nobody would run the task (above). */
     if (__builtin_expect(pool->forked, 0)) return ECHILD;
     /* Shutdown step 3, submitter's side: the reservation (a seq_cst RMW of the

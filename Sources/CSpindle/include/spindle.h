@@ -196,6 +196,14 @@ int spindle_pool_destroy(spindle_pool *pool, spindle_shutdown_mode mode);
  */
 int spindle_submit_task(spindle_pool *pool, spindle_task *task);
 
+/**
+ * Queues `task` on the injector even from one of the pool's own workers: for work that
+ * any worker should take at once, not the calling worker once it gets back to its deque
+ * — a promoted operation's copy, submitted by a thread that is about to wait for it.
+ * Returns as spindle_submit_task does from outside the pool (ESHUTDOWN, ECHILD).
+ */
+int spindle_submit_task_shared(spindle_pool *pool, spindle_task *task);
+
 /** Nodes of up to this many bytes come from spindle_task_alloc's per-thread cache. */
 #define SPINDLE_TASK_CACHED_BYTES 48
 

@@ -29,6 +29,7 @@ import Synchronization
 /// | `spindle_offload_run_time` | timer | `ThreadPool.run(_:)` (async): the closure's own time |
 /// | `spindle_task_queue_delay` | timer | `ThreadPool.submit(_:)`, one call in 256 per thread: from the call to the closure's start |
 /// | `spindle_task_run_time` | timer | `ThreadPool.submit(_:)`, the same sample: the closure's own time |
+/// | `spindle_promotions_total` | counter | with `kind`: `moved` (queued work moved to a higher class), `raised` (a running operation's thread raised), `refused` (a raise the kernel refused); the class form only, process-wide |
 ///
 /// CPU time per class tells an operator what background work really costs. The timers
 /// are kept while a `PoolMetrics` publishes the pool's metrics: every offload is timed
@@ -38,6 +39,7 @@ public final class PoolMetrics: Sendable {
     private let stopped = DispatchSemaphore(value: 0)
     private let done = Atomic<Bool>(false)
     private let pools: [(pool: ThreadPool, set: MetricSet)]
+    private let promotions: PromotionMetrics?
 
     /// Publishes the process-wide pools' metrics — one set per quality-of-service
     /// class, the class pools created if they were not yet — every `interval`.
@@ -49,7 +51,7 @@ public final class PoolMetrics: Sendable {
         self.init(classes.map { qos, label in
             let pool = ThreadPool.forQualityOfService(qos)
             return (pool, [("pool", pool.name), ("qos", label)])
-        }, every: interval)
+        }, every: interval, promotions: PromotionMetrics())
     }
 
     /// Publishes the metrics of `pools`, keyed by the name each is published under
@@ -58,8 +60,10 @@ public final class PoolMetrics: Sendable {
         self.init(pools.sorted { $0.key < $1.key }.map { ($0.value, [("pool", $0.key)]) }, every: interval)
     }
 
-    private init(_ pools: [(ThreadPool, [(String, String)])], every interval: Duration) {
+    private init(_ pools: [(ThreadPool, [(String, String)])], every interval: Duration,
+                 promotions: PromotionMetrics? = nil) {
         self.pools = pools.map { pool, dimensions in (pool, MetricSet(dimensions)) }
+        self.promotions = promotions
         for (pool, set) in self.pools { pool.timerSlot.publish(set.timers) }
         let nanos = max(1_000_000, interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000)
         Thread.detachNewThread { [self] in
@@ -83,6 +87,25 @@ public final class PoolMetrics: Sendable {
     /// One round: every pool's counters, as deltas since the last round, and its gauges.
     private func publish() {
         for (pool, set) in pools { set.publish(pool) }
+        promotions?.publish()
+    }
+}
+
+/// The process's promotion counts (``ThreadPool/promotionCounts``) as counters, with
+/// what was published last (counters take deltas). Touched only by the publishing
+/// thread.
+final class PromotionMetrics: @unchecked Sendable {
+    let moved = Counter(label: "spindle_promotions_total", dimensions: [("kind", "moved")])
+    let raised = Counter(label: "spindle_promotions_total", dimensions: [("kind", "raised")])
+    let refused = Counter(label: "spindle_promotions_total", dimensions: [("kind", "refused")])
+    private var last = ThreadPool.PromotionCounts(moved: 0, raised: 0, refused: 0)
+
+    func publish() {
+        let now = ThreadPool.promotionCounts
+        if now.moved > last.moved { moved.increment(by: Int64(now.moved - last.moved)) }
+        if now.raised > last.raised { raised.increment(by: Int64(now.raised - last.raised)) }
+        if now.refused > last.refused { refused.increment(by: Int64(now.refused - last.refused)) }
+        last = now
     }
 }
 

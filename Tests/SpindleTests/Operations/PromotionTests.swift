@@ -155,10 +155,18 @@ final class PromotionTests: XCTestCase {
         b.completionBlock = { done.signal() }
         b.qualityOfService = .background
         backgroundQueue().addOperation(b)
+        let metrics = testMetrics // bootstrapped before the publisher makes its counters
+        let publisher = PoolMetrics(every: .milliseconds(5))
         b.qualityOfService = .userInitiated
         wait(done, "the raised operation")
         assertRan(r, at: .userInitiated, "the raised operation")
         XCTAssertEqual(b.qualityOfService, .userInitiated)
+        // The move is counted, and published.
+        let moved = ThreadPool.promotionCounts.moved
+        XCTAssertGreaterThanOrEqual(moved, 1)
+        publisher.stop() // publishes once more
+        let published = try metrics.expectCounter("spindle_promotions_total", [("kind", "moved")]).totalValue
+        XCTAssertGreaterThanOrEqual(published, Int64(moved))
     }
 
     /// In a serial queue, an operation of a higher class added behind lower-class ones

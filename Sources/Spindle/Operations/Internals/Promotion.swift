@@ -315,7 +315,10 @@ extension Operation {
         let task = ClosureTask.make { [self] in
             ChainRunner.runChain(Unmanaged.passUnretained(self), copyRank: rank)
         }
-        let rc = spindle_submit_task(QoSPools.engine(for: ClassRank.qos(rank)), task)
+        // Through the injector: the promoter is often a worker of that class about to
+        // wait for this very operation, and its own deque would hold the copy until a
+        // sibling steals it.
+        let rc = spindle_submit_task_shared(QoSPools.engine(for: ClassRank.qos(rank)), task)
         // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool).
         precondition(rc == 0, "Spindle: a process-wide pool refused a promoted operation (engine bug, rc \(rc))")
     }
