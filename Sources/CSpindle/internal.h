@@ -250,6 +250,8 @@ struct spindle_worker {
     /* Spare workers (spare.c). `spare` is fixed at creation. A spare pushes what it
      * spawns to the injector, never to its own deque, which nobody steals from. */
     bool spare;
+    /* A retired worker's futex word (worker.c, W6): bumped when the active limit rises. */
+    _Atomic uint32_t retire_seq;
     /* Under idle.lock: a spare slot whose thread has exited (or not started yet). */
     bool vacant;
     /* The thread's kernel id, for the monitor's CPU-time reads; 0 until it starts. */
@@ -344,6 +346,11 @@ struct spindle_pool {
 
     /* Workers that have finished starting (name, nice); create waits for all of them. */
     _Atomic uint32_t ready;
+    /* How many workers take work (cgroup.c, CG6; worker.c, W6): the others, from index
+     * `active_limit` up, retire. nworkers unless set; changed only for permanent pools.
+     * `retired` counts the workers asleep in retirement, for the monitor. */
+    _Atomic uint32_t active_limit;
+    _Atomic uint32_t retired;
     void *(*alloc_on_node)(size_t, int32_t, void *);
     void (*free_on_node)(void *, size_t, void *);
     void *alloc_ctx;
@@ -466,6 +473,18 @@ void spindle_task_cache_flush(void);
 /* ---- pool.c ------------------------------------------------------------------------ */
 /* The most workers (and spare workers) a pool has. */
 #define SPINDLE_MAX_WORKERS 4096
+/* The process-wide pools take the current CPU limit's worker count (CG6). */
+void spindle_pools_follow_cpu_limit(void);
+
+/* ---- cgroup.c ---------------------------------------------------------------------- */
+/* The worker count for pools that set none: SPINDLE_WORKERS, else the CPU limit's; 0
+ * for neither (CG3, CG5). */
+uint32_t spindle_cpu_limit_workers(void);
+/* Whether SPINDLE_WORKERS sets the count (then the limit is not followed). */
+bool spindle_cpu_limit_from_env(void);
+/* Reads the limit again if it was last read `min_interval_ns` ago or more; true when its
+ * worker count changed (CG6). */
+bool spindle_cpu_limit_refresh(uint64_t min_interval_ns);
 /* Makes spare slot `index` (a flat worker that steals from the pool's own workers,
  * with a small deque), vacant. NULL on allocation failure. */
 spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index);

@@ -296,9 +296,14 @@ static uint32_t pick_sleeper_locked(spindle_pool *pool, int prefer_cpu) {
     uint32_t pick = idle->nsleepers - 1;
     /* A spare only when no worker of the pool's own sleeps: what a spare spawns goes
      * through the injector (spare.c), and an idle spare should be left to exit. */
-    if (pool->workers[idle->sleepers[pick]]->spare) {
+    /* Nor a worker above the active limit (worker.c, W6), which would only retire:
+     * one of the active ones, when any sleeps. Relaxed: a stale limit costs one wake. */
+    uint32_t limit = atomic_load_explicit(&pool->active_limit, memory_order_relaxed);
+    const spindle_worker *top = pool->workers[idle->sleepers[pick]];
+    if (top->spare || top->index >= limit) {
         for (uint32_t k = idle->nsleepers; k-- > 0;) {
-            if (!pool->workers[idle->sleepers[k]]->spare) {
+            const spindle_worker *c = pool->workers[idle->sleepers[k]];
+            if (!c->spare && c->index < limit) {
                 pick = k;
                 break;
             }
@@ -307,7 +312,7 @@ static uint32_t pick_sleeper_locked(spindle_pool *pool, int prefer_cpu) {
     if (prefer_cpu >= 0 && pool->pinned_per_cpu) {
         for (uint32_t k = 0; k < idle->nsleepers; k++) {
             const spindle_worker *c = pool->workers[idle->sleepers[k]];
-            if (c->npin == 1 && c->pin[0] == prefer_cpu) {
+            if (c->npin == 1 && c->pin[0] == prefer_cpu && (c->spare || c->index < limit)) {
                 pick = k;
                 break;
             }

@@ -332,6 +332,25 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         }
     }
     uint32_t n = plan ? spindle_plan_worker_count(plan) : (cfg.workers ? cfg.workers : spindle_usable_cpu_count());
+    /* A container's CPU limit (cgroup.c, CG3, CG5): a pool that sets no count of its own
+     * has no more workers than the limit allows. A process-wide pool keeps a worker per
+     * CPU and lets only that many take work, so that it can follow the limit up and
+     * down while it runs (CG6); any other pool is made that size. */
+    uint32_t limited = cfg.workers || cfg.plan ? 0 : spindle_cpu_limit_workers();
+    if (limited && !cfg.permanent && limited < n) {
+        if (own_plan) {
+            spindle_plan_free(own_plan);
+            own_plan = NULL;
+            plan = NULL;
+            spindle_topology *topo = NULL;
+            if (spindle_topology_load(NULL, NULL, &topo) == 0) {
+                if (spindle_plan_create(topo, limited, (spindle_pinning)cfg.pinning, NULL, 0, &own_plan) == 0)
+                    plan = own_plan;
+                spindle_topology_free(topo);
+            }
+        }
+        n = plan ? spindle_plan_worker_count(plan) : limited;
+    }
     spindle_tls_planning_for_process = was_planning_for_process;
     if (cfg.plan && cfg.workers && cfg.workers != n) {
         spindle_plan_free(own_plan);
@@ -378,6 +397,8 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     atomic_init(&pool->shutdown, 0);
     atomic_init(&pool->terminated, false);
     atomic_init(&pool->ready, 0);
+    atomic_init(&pool->active_limit, n);
+    atomic_init(&pool->retired, 0);
     atomic_init(&pool->joined, false);
     atomic_init(&pool->stopped, 0);
     atomic_init(&pool->effective_nice, 0);
@@ -463,9 +484,33 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     }
     spindle_monitor_register(pool);
     registry_add(pool);
+    if (limited && cfg.permanent) spindle_pool_set_active_workers(pool, limited);
     *out = pool;
     return 0;
 }
+
+int spindle_pool_set_active_workers(spindle_pool *pool, uint32_t n) {
+    if (!pool->permanent) return EPERM;
+    if (n < 1) n = 1;
+    if (n > pool->nworkers) n = pool->nworkers;
+    /* seq_cst: a worker that reads the old limit at its safe point and retires, and a
+     * raise that follows, are ordered by retire_seq (worker.c, W6). */
+    uint32_t before = atomic_exchange_explicit(&pool->active_limit, n, memory_order_seq_cst);
+    for (uint32_t i = before; i < n; i++) {
+        spindle_worker *w = pool->workers[i];
+        /* Release: after the new limit; the retired worker reads it after this. */
+        atomic_fetch_add_explicit(&w->retire_seq, 1, memory_order_release);
+        spindle_futex_wake(&w->retire_seq, 1);
+    }
+    /* Lowered: the workers above `n` retire at their next safe point; a parked one when
+     * it is next woken, which wake_locked prefers not to do (park.c). */
+    return 0;
+}
+
+uint32_t spindle_pool_active_workers(const spindle_pool *pool) {
+    return atomic_load_explicit(&((spindle_pool *)pool)->active_limit, memory_order_relaxed);
+}
+
 
 int spindle_pool_shutdown(spindle_pool *pool, spindle_shutdown_mode mode) {
     if (!pool) return EINVAL;
@@ -679,4 +724,13 @@ bool spindle_pool_is_idle(const spindle_pool *pool) {
 bool spindle_pool_is_shutting_down(const spindle_pool *pool) {
     /* Relaxed: a report; the submit path does its own ordered check. */
     return atomic_load_explicit(&((spindle_pool *)pool)->shutdown, memory_order_relaxed) != 0;
+}
+
+void spindle_pools_follow_cpu_limit(void) {
+    if (spindle_cpu_limit_from_env()) return;
+    uint32_t limited = spindle_cpu_limit_workers();
+    pthread_mutex_lock(&registry_lock);
+    for (spindle_pool *p = registry; p; p = p->registry_next)
+        if (p->permanent && !p->forked) spindle_pool_set_active_workers(p, limited ? limited : p->nworkers);
+    pthread_mutex_unlock(&registry_lock);
 }

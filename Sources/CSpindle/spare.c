@@ -306,7 +306,10 @@ static bool watch_pool(spindle_pool *pool, uint64_t elapsed_ns, bool *suspect) {
     pthread_mutex_lock(&pool->idle.lock);
     bool counted_any = pool->blocked != 0;
     pthread_mutex_unlock(&pool->idle.lock);
-    if (SPINDLE_UNPARKED(s) == 0 && !counted_any) return false;
+    /* Retired workers (worker.c, W6) count as unparked but run nothing. Relaxed: a
+     * stale count costs one tick more or less. */
+    if (SPINDLE_UNPARKED(s) <= atomic_load_explicit(&pool->retired, memory_order_relaxed) && !counted_any)
+        return false;
     bool work = spindle_pool_has_pending_work(pool);
     for (uint32_t i = 0; i < nslots; i++) {
         spindle_worker *w = pool->workers[i];
@@ -333,6 +336,9 @@ static bool watch_pool(spindle_pool *pool, uint64_t elapsed_ns, bool *suspect) {
     return true;
 }
 
+/* How often, at most, the monitor reads the CPU limit again (cgroup.c, CG6). */
+#define CPU_LIMIT_INTERVAL_NS 1000000000ull
+
 static void *monitor_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "spindle-monitor");
@@ -345,6 +351,9 @@ static void *monitor_main(void *arg) {
             active |= watch_pool(p, now - last, &suspect);
         pthread_mutex_unlock(&mon_lock);
         last = now;
+        /* A container's CPU limit, re-read at most once a second while a pool is busy
+         * (cgroup.c, CG6): outside mon_lock, which the pools' registry never takes. */
+        if (active && spindle_cpu_limit_refresh(CPU_LIMIT_INTERVAL_NS)) spindle_pools_follow_cpu_limit();
         if (!active) {
             /* Everyone is parked: sleep until a worker is woken. Announce first, then
              * look again (seq_cst, both): a waker either sees the announcement and
@@ -353,8 +362,8 @@ static void *monitor_main(void *arg) {
             bool again = false;
             pthread_mutex_lock(&mon_lock);
             for (spindle_pool *p = mon_pools; p && !again; p = p->monitor_next)
-                again = !p->forked &&
-                        SPINDLE_UNPARKED(atomic_load_explicit(&p->idle.state, memory_order_seq_cst)) != 0;
+                again = !p->forked && SPINDLE_UNPARKED(atomic_load_explicit(&p->idle.state, memory_order_seq_cst)) >
+                                          atomic_load_explicit(&p->retired, memory_order_relaxed);
             pthread_mutex_unlock(&mon_lock);
             if (!again) {
                 while (atomic_load_explicit(&mon_idle, memory_order_acquire) == 1)

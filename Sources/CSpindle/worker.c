@@ -46,6 +46,16 @@
  *       leaving the waited-for frame to a spare, would let every spare reach its
  *       floor and block in turn. oneTBB bounds stealing by stack depth the same way;
  *       rayon does not, and its stacks can overflow under adverse scheduling.
+ *   W6  A worker whose index is at or above the pool's active limit (a process-wide
+ *       pool following a container's CPU limit: cgroup.c, CG6) retires at the top of
+ *       its loop, where it runs no task and holds no join frame: it stops searching
+ *       (found_work's hand-over, as when a searcher finds a task), moves what its
+ *       deque holds to the injector and notifies, then sleeps on `retire_seq` until
+ *       the limit is above its index again. It stays counted as unparked and not
+ *       searching, like a worker inside a long task: no wake-up is aimed at it, no
+ *       spare stands in for it, and the Dekker pairing of park.c is untouched. The
+ *       raise stores the limit and then bumps `retire_seq`; the worker reads the word,
+ *       then the limit, then waits on the word's value, so a raise is never missed.
  */
 #include "internal.h"
 
@@ -454,6 +464,31 @@ static void set_steal_floor(spindle_worker *w) {
     w->steal_floor = (uintptr_t)low + size / 2;
 }
 
+/* W6: retirement, until the active limit is above this worker's index again. */
+static void retire(spindle_worker *w) {
+    spindle_pool *pool = w->pool;
+    found_work(w); /* no longer a searcher (W2), with S2's hand-over */
+    spindle_task *first = NULL, *last = NULL, *t;
+    int64_t n = 0;
+    while ((t = spindle_deque_pop(&w->deque))) {
+        /* Relaxed: the chain is published by the injector's link (release). */
+        if (last) atomic_store_explicit(spindle_task_link(last), t, memory_order_relaxed);
+        else first = t;
+        last = t;
+        n++;
+    }
+    if (n) spindle_notify_one_after_push(pool, spindle_injector_push_chain(&pool->injector, first, last, n));
+    /* Relaxed: a count for the monitor's idleness test, which tolerates a stale one. */
+    atomic_fetch_add_explicit(&pool->retired, 1, memory_order_relaxed);
+    for (;;) {
+        /* Acquire pairs with the raise's release bump; the limit is read after it. */
+        uint32_t seq = atomic_load_explicit(&w->retire_seq, memory_order_acquire);
+        if (w->index < atomic_load_explicit(&pool->active_limit, memory_order_seq_cst)) break;
+        spindle_futex_wait(&w->retire_seq, seq);
+    }
+    atomic_fetch_sub_explicit(&pool->retired, 1, memory_order_relaxed);
+}
+
 void *spindle_worker_main(void *arg) {
     spindle_worker *w = arg;
     spindle_pool *pool = w->pool;
@@ -470,6 +505,12 @@ void *spindle_worker_main(void *arg) {
         spindle_futex_wake(&pool->ready, 1);
     }
     for (;;) {
+        /* W6. Relaxed: the limit changes rarely; a worker that reads it late retires,
+         * or resumes, one task later. */
+        if (!w->spare && w->index >= atomic_load_explicit(&pool->active_limit, memory_order_relaxed)) {
+            retire(w);
+            continue;
+        }
         spindle_task *t = find_task(w, NULL);
         if (t) {
             found_work(w);

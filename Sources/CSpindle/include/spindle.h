@@ -262,6 +262,47 @@ int spindle_pool_pin_error(const spindle_pool *pool);
 /** The pool whose worker is the calling thread, or NULL. */
 spindle_pool *spindle_current_pool(void);
 
+/*
+ * Container CPU limits (cgroup.c)
+ * -------------------------------
+ */
+
+/** A CPU limit as read from the process's cgroup (v1 or v2). */
+typedef struct spindle_cpu_limit {
+    /** The tightest quota of the group and its ancestors, in CPUs (1.5: 150 ms of CPU
+     *  per 100 ms); 0 when there is none, or it could not be read. */
+    double cpus;
+    /** The worker count it implies: ceil(cpus), at least 1; 0 without a limit. */
+    uint32_t workers;
+    /** The cgroup version read (1 or 2); 0 when no cpu hierarchy was found. */
+    int32_t version;
+    /** The group directory whose limit is the tightest (for its cpu.stat). */
+    char dir[512];
+    /** Why the limit could not be read, when a file was malformed; empty otherwise. */
+    char reason[256];
+} spindle_cpu_limit;
+
+/** Reads the CPU limit of the process's cgroup with every path under `root` (NULL:
+ *  SPINDLE_CGROUP_ROOT, else the real files). Never fails on bad input: it says why in
+ *  `reason` and reports no limit. Returns 0, or ENOMEM. */
+int spindle_cgroup_cpu_limit(const char *root, spindle_cpu_limit *out);
+/** The process's limit as the pools follow it (re-read at most once a second while
+ *  the pools are busy). */
+void spindle_cpu_limit_current(spindle_cpu_limit *out);
+/** Throttling of `limit`'s group so far (its cpu.stat): periods throttled, and time.
+ *  Returns 0, or ENOENT without a readable cpu.stat. */
+int spindle_cgroup_throttling(const spindle_cpu_limit *limit, uint64_t *nr_throttled, uint64_t *throttled_ns);
+
+/**
+ * How many of a pool's workers take work: the rest finish what they run, hand what
+ * they hold to the injector and sleep until the count is raised again. 1 to the pool's
+ * worker count (clamped). The process-wide pools follow the container's CPU limit by
+ * this call; EPERM for other pools, whose count is fixed at creation.
+ */
+int spindle_pool_set_active_workers(spindle_pool *pool, uint32_t n);
+/** The number of workers that take work (see spindle_pool_set_active_workers). */
+uint32_t spindle_pool_active_workers(const spindle_pool *pool);
+
 /** The calling thread's kernel thread id (gettid), cached per thread. */
 int32_t spindle_thread_id(void);
 

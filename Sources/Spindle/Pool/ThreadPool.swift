@@ -37,7 +37,8 @@ public final class ThreadPool: @unchecked Sendable {
     // @unchecked: the C pool is internally synchronised; `raw` never changes and is
     // freed only in deinit, when no other reference can exist.
     @usableFromInline let raw: OpaquePointer
-    /// Threads in this pool.
+    /// Threads in this pool. A process-wide pool keeps one per CPU it may use, and
+    /// under a container's CPU limit only ``activeWorkerCount`` of them take work.
     public let workerCount: Int
     /// Set for ``shared`` and the quality-of-service pools, which cannot be shut down.
     let isProcessWide: Bool
