@@ -30,6 +30,10 @@ import Synchronization
 /// | `spindle_task_queue_delay` | timer | `ThreadPool.submit(_:)`, one call in 256 per thread: from the call to the closure's start |
 /// | `spindle_task_run_time` | timer | `ThreadPool.submit(_:)`, the same sample: the closure's own time |
 /// | `spindle_promotions_total` | counter | with `kind`: `moved` (queued work moved to a higher class), `raised` (a running operation's thread raised), `refused` (a raise the kernel refused); the class form only, process-wide |
+/// | `spindle_cpu_limit` | gauge | the container's CPU limit in CPUs (0: none); the class form only |
+/// | `spindle_workers_active` | gauge | workers taking work (fewer than the pool's threads under a CPU limit) |
+/// | `spindle_cpu_throttled_periods_total` | counter | periods in which the container used up its quota; the class form only |
+/// | `spindle_cpu_throttled_seconds_total` | floating-point counter | time the container's threads were stopped for it; the class form only |
 ///
 /// CPU time per class tells an operator what background work really costs. The timers
 /// are kept while a `PoolMetrics` publishes the pool's metrics: every offload is timed
@@ -39,7 +43,7 @@ public final class PoolMetrics: Sendable {
     private let stopped = DispatchSemaphore(value: 0)
     private let done = Atomic<Bool>(false)
     private let pools: [(pool: ThreadPool, set: MetricSet)]
-    private let promotions: PromotionMetrics?
+    private let process: ProcessMetrics?
 
     /// Publishes the process-wide pools' metrics — one set per quality-of-service
     /// class, the class pools created if they were not yet — every `interval`.
@@ -51,7 +55,7 @@ public final class PoolMetrics: Sendable {
         self.init(classes.map { qos, label in
             let pool = ThreadPool.forQualityOfService(qos)
             return (pool, [("pool", pool.name), ("qos", label)])
-        }, every: interval, promotions: PromotionMetrics())
+        }, every: interval, process: ProcessMetrics())
     }
 
     /// Publishes the metrics of `pools`, keyed by the name each is published under
@@ -61,9 +65,9 @@ public final class PoolMetrics: Sendable {
     }
 
     private init(_ pools: [(ThreadPool, [(String, String)])], every interval: Duration,
-                 promotions: PromotionMetrics? = nil) {
+                 process: ProcessMetrics? = nil) {
         self.pools = pools.map { pool, dimensions in (pool, MetricSet(dimensions)) }
-        self.promotions = promotions
+        self.process = process
         for (pool, set) in self.pools { pool.timerSlot.publish(set.timers) }
         let nanos = max(1_000_000, interval.components.seconds * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000)
         Thread.detachNewThread { [self] in
@@ -87,18 +91,23 @@ public final class PoolMetrics: Sendable {
     /// One round: every pool's counters, as deltas since the last round, and its gauges.
     private func publish() {
         for (pool, set) in pools { set.publish(pool) }
-        promotions?.publish()
+        process?.publish()
     }
 }
 
-/// The process's promotion counts (``ThreadPool/promotionCounts``) as counters, with
+/// What belongs to the process rather than to one pool: the promotion counts
+/// (``ThreadPool/promotionCounts``), the container's CPU limit and its throttling, with
 /// what was published last (counters take deltas). Touched only by the publishing
 /// thread.
-final class PromotionMetrics: @unchecked Sendable {
+final class ProcessMetrics: @unchecked Sendable {
     let moved = Counter(label: "spindle_promotions_total", dimensions: [("kind", "moved")])
     let raised = Counter(label: "spindle_promotions_total", dimensions: [("kind", "raised")])
     let refused = Counter(label: "spindle_promotions_total", dimensions: [("kind", "refused")])
+    let cpuLimit = Gauge(label: "spindle_cpu_limit")
+    let throttledPeriods = Counter(label: "spindle_cpu_throttled_periods_total")
+    let throttledSeconds = FloatingPointCounter(label: "spindle_cpu_throttled_seconds_total")
     private var last = ThreadPool.PromotionCounts(moved: 0, raised: 0, refused: 0)
+    private var lastThrottling = ThreadPool.CPUThrottling(periods: 0, time: .zero)
 
     func publish() {
         let now = ThreadPool.promotionCounts
@@ -106,6 +115,16 @@ final class PromotionMetrics: @unchecked Sendable {
         if now.raised > last.raised { raised.increment(by: Int64(now.raised - last.raised)) }
         if now.refused > last.refused { refused.increment(by: Int64(now.refused - last.refused)) }
         last = now
+        cpuLimit.record(ThreadPool.cpuLimit?.cpus ?? 0)
+        if let t = ThreadPool.cpuThrottling {
+            // A group re-created under the process restarts its counters: never count back.
+            if t.periods > lastThrottling.periods { throttledPeriods.increment(by: Int64(t.periods - lastThrottling.periods)) }
+            if t.time > lastThrottling.time {
+                let d = (t.time - lastThrottling.time).components
+                throttledSeconds.increment(by: Double(d.seconds) + Double(d.attoseconds) / 1e18)
+            }
+            lastThrottling = t
+        }
     }
 }
 
@@ -114,7 +133,7 @@ final class PromotionMetrics: @unchecked Sendable {
 final class MetricSet: @unchecked Sendable {
     // @unchecked: `last` is touched only by the publishing thread.
     let executed, stolen, refused: Counter
-    let queued, running, parked: Gauge
+    let queued, running, parked, active: Gauge
     let cpu: FloatingPointCounter
     let timers: PoolTimers
     private var last = (executed: UInt64(0), stolen: UInt64(0), refused: UInt64(0), cpu: Duration.zero)
@@ -126,6 +145,7 @@ final class MetricSet: @unchecked Sendable {
         queued = Gauge(label: "spindle_tasks_queued", dimensions: dimensions)
         running = Gauge(label: "spindle_workers_running", dimensions: dimensions)
         parked = Gauge(label: "spindle_workers_parked", dimensions: dimensions)
+        active = Gauge(label: "spindle_workers_active", dimensions: dimensions)
         cpu = FloatingPointCounter(label: "spindle_cpu_seconds_total", dimensions: dimensions)
         timers = PoolTimers(
             queueDelay: CoreMetrics.Timer(label: "spindle_offload_queue_delay", dimensions: dimensions),
@@ -152,8 +172,10 @@ final class MetricSet: @unchecked Sendable {
         let parkedNow = Int(spindle_pool_parked(pool.raw))
         queued.record(Int64(spindle_pool_queued(pool.raw)))
         parked.record(Int64(parkedNow))
+        active.record(Int64(pool.activeWorkerCount))
         // Spare slots stay in `stats` once made, vacant or not: count the live ones.
-        running.record(Int64(max(0, pool.workerCount + pool.spareWorkerCount - parkedNow)))
+        // Workers above the active limit sleep outside the parked count (retired).
+        running.record(Int64(max(0, pool.activeWorkerCount + pool.spareWorkerCount - parkedNow)))
     }
 }
 

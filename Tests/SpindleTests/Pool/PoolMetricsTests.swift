@@ -37,6 +37,7 @@ final class PoolMetricsTests: XCTestCase {
         XCTAssertNotNil(try metrics.expectGauge("spindle_workers_parked", dims).lastValue)
         XCTAssertNotNil(try metrics.expectGauge("spindle_tasks_queued", dims).lastValue)
         XCTAssertNotNil(try metrics.expectGauge("spindle_workers_running", dims).lastValue)
+        XCTAssertEqual(try metrics.expectGauge("spindle_workers_active", dims).lastValue, 2)
         _ = try metrics.expectCounter("spindle_cpu_seconds_total", dims)
         // Once stopped, offloads are no longer timed.
         _ = try await pool.run { 1 }
@@ -67,5 +68,8 @@ final class PoolMetricsTests: XCTestCase {
         publisher.stop()
         _ = try metrics.expectCounter("spindle_tasks_executed_total", [("pool", "spindle-bg"), ("qos", "background")])
         _ = try metrics.expectCounter("spindle_cpu_seconds_total", [("pool", "spindle-w"), ("qos", "default")])
+        // The process's own: the CPU limit (0 here, where the tests run without one, or
+        // the limit's CPUs), published with the class pools.
+        XCTAssertEqual(try metrics.expectGauge("spindle_cpu_limit").lastValue, ThreadPool.cpuLimit?.cpus ?? 0)
     }
 }

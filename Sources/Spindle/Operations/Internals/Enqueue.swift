@@ -26,7 +26,9 @@ extension OperationQueue {
         } else if phase == Operation.Phase.executing.rawValue {
             problem = "is executing"
         } else if !op.queueSync.word.compareExchange(
-            expected: 0, desired: UInt(bitPattern: me.toOpaque()), ordering: .acquiringAndReleasing).exchanged {
+            // seq_cst: the add's side of the Dekker pair with a promotion's walk
+            // (Promotion.swift, `promote`): claim, then (A5) read the floor.
+            expected: 0, desired: UInt(bitPattern: me.toOpaque()), ordering: .sequentiallyConsistent).exchanged {
             problem = "is already in an operation queue"
         }
         if let problem {
@@ -42,8 +44,8 @@ extension OperationQueue {
         register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
         // A5. Its class reaches what it waits for (Promotion.swift, P3). Not a barrier's:
         // the queue's own, which no class waits on until an operation is added behind it.
-        if !isBarrier && (!noDependencies || op.hasOwnPriority.load(ordering: .relaxed)
-                          || op.promotedRank.load(ordering: .relaxed) != 0) {
+        if (!isBarrier || op.promotedRank.load(ordering: .relaxed) != 0)
+            && (!noDependencies || op.hasOwnPriority.load(ordering: .relaxed) || op.promotedRank.load(ordering: .relaxed) != 0) {
             promoteOnAdd(op)
         }
     }
@@ -85,6 +87,7 @@ extension OperationQueue {
         let outcome = state.locked { s -> Outcome in
             var out = Outcome()
             s.link(u, op)
+            if !s.ownClassAdded && op.hasOwnPriority.load(ordering: .relaxed) { s.ownClassAdded = true }
             // Which way it goes: behind a pending barrier, not ready yet, straight to the
             // pool (direct mode, nothing ahead of it), or onto its ready list.
             var becomesReady = false

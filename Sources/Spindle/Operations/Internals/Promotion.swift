@@ -21,7 +21,10 @@ import Synchronization
 //     operations added before it, which it may wait behind. A floor already at r stops
 //     the walk: the walk that raised it went on from there, and every dependency added
 //     since was raised by P3's first rule. Operations reached through the queue do not
-//     walk the queue again (their own predecessors are among the ones collected).
+//     walk the queue again (their own predecessors are among the ones collected). An
+//     operation in no queue cannot start, so the walk raises its floor and leaves its
+//     dependencies to its add (A5), which promotes them at its class, floor included:
+//     a chain built before it is added costs one floor per add, not a walk per chain.
 // P3. Who promotes:
 //     - a new dependency edge: the dependent's class onto the dependency, when the
 //       dependent's class is known (its own, or its queue's);
@@ -148,12 +151,23 @@ extension Operation {
     /// Promotes this operation and what it waits for to `rank` (P2). `walkQueue`:
     /// false for an operation reached through its queue.
     func promote(to rank: UInt8, walkQueue: Bool = true) {
-        guard rank > 0 else { return }
-        var work: [(op: Operation, viaQueue: Bool)] = [(self, !walkQueue)]
-        while let (op, viaQueue) = work.popLast() {
+        // Already there (P2's stop), before the work list is allocated: the usual case
+        // for every operation but the first of a chain.
+        guard rank > 0, promotedRank.load(ordering: .relaxed) < rank else { return }
+        // The first operation is not in the list, which allocates only once there is a
+        // second to visit.
+        var first: (op: Operation, viaQueue: Bool)? = (self, !walkQueue)
+        var work: [(op: Operation, viaQueue: Bool)] = []
+        while let (op, viaQueue) = first ?? work.popLast() {
+            first = nil
             if op.finishHandled.load(ordering: .acquiring) || !op.raiseFloor(to: rank) { continue }
             op.promoteRun(to: rank)
-            if op.hadDependencies.load(ordering: .acquiring) {
+            // An operation in no queue cannot start: its dependencies are promoted when
+            // it is added (A5, at its class then, which includes this floor). A Dekker
+            // pair with the add: our floor RMW, then this load of its queue word; the
+            // add's claiming CAS, then its load of the floor (all seq_cst). Either this
+            // sees it queued, or the add sees the floor.
+            if op.hadDependencies.load(ordering: .acquiring) && op.queueSync.word.load(ordering: .sequentiallyConsistent) != 0 {
                 for d in op.guarded.locked({ $0.dependencies }) where !d.finishHandled.load(ordering: .acquiring) {
                     work.append((d, false))
                 }
@@ -166,21 +180,37 @@ extension Operation {
         }
     }
 
-    /// Promotes this operation's unfinished dependencies to `rank`, when its class is
-    /// known (P3: a new edge, an add, a raised class).
-    func promoteDependencies(to rank: UInt8) {
-        guard rank > 0, hadDependencies.load(ordering: .acquiring) else { return }
+    /// Promotes this operation's unfinished dependencies to its class — `known`, or the
+    /// floor a promotion gave it if that is higher (P3: a new edge, an add, a raised
+    /// class).
+    func promoteDependencies(to known: UInt8) {
+        guard hadDependencies.load(ordering: .acquiring) else { return }
         let queue = queueSync.word.load(ordering: .acquiring)
-        for d in guarded.locked({ $0.dependencies }) where !d.finishHandled.load(ordering: .acquiring) {
-            // A dependency in the same queue with no class of its own runs at this
-            // operation's class already (a chain in one queue: the usual case).
-            if queue != 0 && d.queueSync.word.load(ordering: .relaxed) == queue
-                && !d.hasOwnPriority.load(ordering: .acquiring) && d.promotedRank.load(ordering: .relaxed) == 0
-                && !hasOwnPriority.load(ordering: .acquiring) && promotedRank.load(ordering: .relaxed) == 0 {
-                continue
+        // The floor after the add's claim, seq_cst: the other half of `promote`'s pair.
+        let rank = max(known, promotedRank.load(ordering: .sequentiallyConsistent))
+        // The common case, one dependency, without copying the array.
+        let only = guarded.locked { g -> Operation? in g.dependencies.count == 1 ? g.dependencies[0] : nil }
+        guard rank > 0 else { return }
+        if let d = only {
+            if d.promotedRank.load(ordering: .relaxed) < rank && !d.finishHandled.load(ordering: .acquiring)
+                && !d.sameClassInSameQueue(as: self, queue: queue) {
+                d.promote(to: rank)
             }
+            return
+        }
+        for d in guarded.locked({ $0.dependencies }) where !d.finishHandled.load(ordering: .acquiring) {
+            if d.sameClassInSameQueue(as: self, queue: queue) { continue }
             d.promote(to: rank)
         }
+    }
+
+    /// Whether this operation, a dependency of `dependent` in `queue` (its address; 0:
+    /// none), runs at `dependent`'s class already: the same queue, and neither has a
+    /// class of its own or a promotion (a chain in one queue: the usual case).
+    func sameClassInSameQueue(as dependent: Operation, queue: UInt) -> Bool {
+        queue != 0 && queueSync.word.load(ordering: .relaxed) == queue
+            && !hasOwnPriority.load(ordering: .acquiring) && promotedRank.load(ordering: .relaxed) == 0
+            && !dependent.hasOwnPriority.load(ordering: .acquiring) && dependent.promotedRank.load(ordering: .relaxed) == 0
     }
 
     /// Its own class was set (P3): a queued or running operation rises to it in place,
@@ -353,11 +383,30 @@ extension OperationQueue {
         }
     }
 
-    /// Promotes every unfinished operation of the queue to `rank` (a wait for all of
-    /// them: P3).
+    /// Promotes every unfinished operation of the queue below `rank` to it (a wait for
+    /// all of them: P3). Only those can be below it: every operation, when the queue's
+    /// class is below `rank`; else those with a class of their own. They are collected
+    /// under the lock with plain references (the list holds them), not handed out as
+    /// `operations` does, which would make each of them hold its queue.
     func promoteAll(to rank: UInt8) {
         guard rank > 0, unfinishedCount > 0 else { return }
-        for op in state.locked({ handOut($0.unfinished) }) { op.promote(to: rank, walkQueue: false) }
+        let raw = assignedQoS.load(ordering: .relaxed)
+        let queueRank = ClassRank.of(raw == Int.min ? .default : QualityOfService(rawValue: raw) ?? .default)
+        let below = state.locked { s -> [Operation] in
+            guard queueRank < rank || s.ownClassAdded else { return [] }
+            var out: [Operation] = []
+            var cursor = s.head
+            while let u = cursor {
+                let op = u.takeUnretainedValue()
+                if !op.queueSync.done.load(ordering: .acquiring) && op.promotedRank.load(ordering: .relaxed) < rank
+                    && (queueRank < rank || op.hasOwnPriority.load(ordering: .relaxed)) {
+                    out.append(op)
+                }
+                cursor = op.queueSlot.next
+            }
+            return out
+        }
+        for op in below { op.promote(to: rank, walkQueue: false) }
     }
 }
 

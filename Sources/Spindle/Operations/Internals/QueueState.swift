@@ -38,6 +38,10 @@ extension OperationQueue {
         /// every finish is such a pass.
         var unannounced: [Operation] = []
         var qualityOfService: QualityOfService = .default
+        /// Set once an operation with a class of its own is added: a wait for the whole
+        /// queue must then look for operations below the waiter's class even when the
+        /// queue's own class is not (Promotion.swift, `promoteAll`).
+        var ownClassAdded = false
         var underlyingQueue: DispatchQueue?
         var lastBarrier: Operation?
         var waiters: [Waiter] = []
