@@ -16,10 +16,13 @@ struct Bench: ParsableCommand {
     enum Format: String, ExpressibleByArgument, CaseIterable { case table, json, markdown }
 
     static let allCases = ["submit", "fork-join", "parallel-for", "operation-throughput", "serial-queue",
-                           "dependency-chain", "blocking", "latency", "async-offload", "qos-under-load", "priority-inversion", "idle-cpu"]
+                           "dependency-chain", "blocking", "latency", "async-offload", "qos-under-load", "priority-inversion", "quota", "idle-cpu"]
 
-    @Argument(help: "'topology' prints the detected topology and the placement plan instead of running the timed cases.")
+    @Argument(help: "'topology' prints the detected topology and the placement plan instead of running the timed cases. ('quota-child' is the quota case's own child process.)")
     var mode: String?
+
+    @Option(help: "quota: seconds each child process runs.")
+    var seconds: Double?
 
     @Option(help: "topology: plan for the machine described by this sysfs tree (default: SPINDLE_SYSFS_ROOT or /sys).")
     var sysfs: String?
@@ -61,7 +64,9 @@ struct Bench: ParsableCommand {
     var plot: String?
 
     func validate() throws {
-        if let mode, mode != "topology" { throw ValidationError("unknown mode '\(mode)'; the only mode is 'topology' (run without it for the timed cases)") }
+        if let mode, mode != "topology" && mode != "quota-child" {
+            throw ValidationError("unknown mode '\(mode)'; the only mode is 'topology' (run without it for the timed cases)")
+        }
         if !["node", "core", "none"].contains(pinning) { throw ValidationError("--pinning must be node, core or none") }
         if let t = tasks, t < 1 { throw ValidationError("--tasks must be at least 1") }
         if let r = reps, r < 1 { throw ValidationError("--reps must be at least 1") }
@@ -80,6 +85,7 @@ struct Bench: ParsableCommand {
         if let systems {
             systemFilter = Set(systems.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         }
+        if mode == "quota-child" { return try quotaChild(seconds: seconds ?? 2) }
         if mode == "topology" {
             let topo = try Topology.load(sysfsRoot: sysfs, cpus: cpus)
             let pin: ThreadPool.Pinning = pinning == "core" ? .core : pinning == "none" ? .none : .node
@@ -124,6 +130,8 @@ struct Bench: ParsableCommand {
             case "priority-inversion":
                 results += try priorityInversionCases(samples: tasks ?? (quick ? 8 : 25), reps: min(reps, quick ? 2 : 3),
                                                       cpus: pool.workerCount, workMicros: 3_000)
+            case "quota":
+                results += try quotaCases(reps: min(reps, quick ? 2 : 3), seconds: seconds ?? (quick ? 1 : 3))
             case "idle-cpu":
                 let pools = [pool, ThreadPool.shared] + [QualityOfService.background, .userInteractive].map(ThreadPool.forQualityOfService)
                 results.append(try idleCPUCase(pools: pools, seconds: quick ? 0.5 : 1.0, reps: 3))
