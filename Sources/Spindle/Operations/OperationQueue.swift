@@ -244,7 +244,10 @@ open class OperationQueue: @unchecked Sendable {
     open var maxConcurrentOperationCount: Int {
         get { state.locked { $0.maxConcurrent } }
         set {
-            precondition(newValue >= -1, "OperationQueue.maxConcurrentOperationCount must be -1 (the default) or >= 0, got \(newValue)")
+            // fatalError, not precondition: its message survives release builds.
+            if newValue < -1 {
+                fatalError("OperationQueue.maxConcurrentOperationCount must be -1 (the default) or >= 0, got \(newValue)")
+            }
             if isMainQueue { return } // stays serial, as with Foundation
             startWhatCan { $0.maxConcurrent = newValue }
         }

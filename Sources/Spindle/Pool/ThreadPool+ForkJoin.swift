@@ -128,6 +128,10 @@ extension ThreadPool {
     /// worker keeps its halves on that worker's deque, while from outside every fork
     /// goes through the shared queue. Called from one of this pool's workers, `body`
     /// simply runs inline. If the pool has shut down, `body` runs on the caller.
+    ///
+    /// Not from async code, where it would block a thread of the cooperative pool: use
+    /// ``run(_:)-(()->T)`` with `try await`, which suspends.
+    @available(*, noasync, message: "blocks the calling thread; in async code use 'try await pool.run { }', which suspends")
     public func run<T: Sendable>(_ body: @Sendable () -> T) -> T {
         if isCurrentThreadWorker { return body() }
         return join({ () }, body).1

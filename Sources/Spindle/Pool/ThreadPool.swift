@@ -1,4 +1,5 @@
 import CSpindle
+import Foundation
 import Logging
 import Synchronization
 #if canImport(Glibc)
@@ -62,7 +63,7 @@ public final class ThreadPool: @unchecked Sendable {
     }
 
     /// Errors reported by the pool.
-    public enum Error: Swift.Error, Equatable, Sendable, CustomStringConvertible {
+    public enum Error: Swift.Error, LocalizedError, Equatable, Sendable, CustomStringConvertible {
         /// The pool has been shut down (or is shutting down); the work was not queued.
         case shutDown
         /// In a child process made by `fork()`: the pool was created before the fork,
@@ -84,6 +85,9 @@ public final class ThreadPool: @unchecked Sendable {
         case invalidConfiguration(String)
         /// The operating system refused a resource (thread, memory); `errno` says which.
         case systemError(errno: Int32)
+
+        /// The same sentence as ``description``, for `localizedDescription`.
+        public var errorDescription: String? { description }
 
         /// A sentence naming the problem.
         public var description: String {
@@ -267,6 +271,7 @@ public final class ThreadPool: @unchecked Sendable {
     ///
     /// - Throws: ``Error/shutdownFromOwnWorker`` when called from a pool task;
     ///   ``Error/processWidePool`` for ``shared`` and the quality-of-service pools.
+    @available(*, noasync, message: "blocks the calling thread; in async code use 'try await pool.shutdown()', which suspends")
     public func shutdown(_ mode: ShutdownMode = .drain) throws {
         if isProcessWide { throw Error.processWidePool }
         admission?.close()

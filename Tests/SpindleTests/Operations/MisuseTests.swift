@@ -30,6 +30,10 @@ final class MisuseTests: XCTestCase {
     func testWaitingOnItself() throws { try expectTrap("wait-self", message: "from inside") }
     func testStartingAnAsyncOperationTwice() throws { try expectTrap("async-start-twice", message: "is already executing") }
     func testAnAdmissionLimitBelowOne() throws { try expectTrap("admission-limit-zero", message: "admissionLimit must be at least 1") }
+    /// Named by a fatalError, whose message release builds keep (a precondition's they drop).
+    func testAWidthBelowMinusOne() throws {
+        try expectTrap("width-minus-five", message: "maxConcurrentOperationCount must be -1 (the default) or >= 0, got -5")
+    }
     func testATaskNodeFreedTwice() throws { try expectTrap("task-node-double-free", message: "freed twice") }
 }
 
@@ -51,6 +55,8 @@ final class MisuseProbe: XCTestCase {
             spindle_task_free(node)
         case "admission-limit-zero":
             q.admissionLimit = 0
+        case "width-minus-five":
+            q.maxConcurrentOperationCount = -5
         case "async-start-twice":
             let op = AsyncBlockOperation { try? await Task.sleep(for: .seconds(30)) }
             op.start()

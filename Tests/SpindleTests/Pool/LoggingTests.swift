@@ -55,13 +55,9 @@ final class LoggingTests: XCTestCase {
             try pool.shutdown()
             return
         }
-        guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { throw XCTSkip("no setpriv") }
-        let (status, text) = try runChild(
-            "/usr/bin/setpriv",
-            ["--reuid=nobody", "--regid=nogroup", "--clear-groups", CommandLine.arguments[0],
-             "SpindleTests.LoggingTests/testAPoolReportsWhatTheKernelRefusedToItsLogger"],
-            environment: ["SPINDLE_LOG_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
+        let (status, text) = try runTestAsNobody(
+            "SpindleTests.LoggingTests/testAPoolReportsWhatTheKernelRefusedToItsLogger",
+            environment: ["SPINDLE_LOG_PROBE": "1"])
         XCTAssertEqual(status, 0, text)
         let logs = text.split(separator: "\n").filter { $0.hasPrefix("LOG ") }
         XCTAssertEqual(logs.count, 1, text)

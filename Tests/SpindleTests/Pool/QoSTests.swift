@@ -48,17 +48,8 @@ final class QoSTests: XCTestCase {
     /// output, its line for each class, and the refusal reports it printed.
     func probeAsNobody(nice: Int? = nil) throws
         -> (text: String, line: (QualityOfService) -> String?, refusals: [String]) {
-        guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
-              nice == nil || FileManager.default.isExecutableFile(atPath: "/usr/bin/nice") else {
-            throw XCTSkip("no setpriv or nice")
-        }
-        let setpriv = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                       CommandLine.arguments[0], "SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice"]
-        let command = nice.map { ["/usr/bin/nice", "-n", "\($0)"] + setpriv } ?? setpriv
-        let (status, text) = try runChild(
-            command[0], Array(command.dropFirst()),
-            environment: ["SPINDLE_QOS_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
+        let (status, text) = try runTestAsNobody("SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice",
+                                                 environment: ["SPINDLE_QOS_PROBE": "1"], nice: nice)
         XCTAssertEqual(status, 0, text)
         let lines = text.split(separator: "\n").map(String.init)
         return (text, { qos in lines.first { $0.hasPrefix("QOS \(qos.rawValue) ") } },
@@ -144,7 +135,7 @@ final class QoSTests: XCTestCase {
         let env = ["SPINDLE_QOS_CREATOR_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"]
         var runs = [("root", try runChild(me, [test], environment: env))]
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") {
-            runs.append(("nobody", try runChild("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", me, test], environment: env)))
+            runs.append(("nobody", try runTestAsNobody(test, environment: env)))
         }
         for (who, (status, text)) in runs {
             XCTAssertEqual(status, 0, text)

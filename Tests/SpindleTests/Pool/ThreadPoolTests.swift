@@ -41,8 +41,17 @@ final class ThreadPoolTests: XCTestCase {
             let b = part.split(separator: "-").map { Int($0)! }
             n += b.count == 1 ? 1 : b[1] - b[0] + 1
         }
-        XCTAssertEqual(pool.workerCount, n)
+        // No more than a container's CPU limit allows (ContainerLimitTests).
+        XCTAssertEqual(pool.workerCount, min(n, ThreadPool.cpuLimit?.workers ?? n))
         XCTAssertEqual(try ThreadPool(workers: 3).workerCount, 3)
+    }
+
+    /// Errors read as the sentence that names them, `localizedDescription` included.
+    func testErrorsDescribeThemselves() {
+        for e: ThreadPool.Error in [.shutDown, .overloaded, .processWidePool, .systemError(errno: EAGAIN)] {
+            XCTAssertEqual(e.localizedDescription, e.description)
+            XCTAssertFalse(e.localizedDescription.contains("error 0"), e.localizedDescription)
+        }
     }
 
     func testWorkersAreNamed() throws {
