@@ -131,10 +131,8 @@ final class FoundationFidelityCompletionTests: XCTestCase {
 
     /// In how many of `rounds` rounds the event named `first` came before `second`:
     /// `round` adds operations that record events. Each round starts on an idle pool,
-    /// its workers parked (they search for 50 µs before they park). Under
-    /// ThreadSanitizer, whose instrumentation slows the thread that runs the first
-    /// event far more than a wake-up of another, the rounds run for its race checks and
-    /// the counts are not asserted (`orderingHolds`).
+    /// its workers parked (they search for 50 µs before they park). The callers run it
+    /// with one worker free (`withOneFreeWorker`), where the count is exact.
     private func ordering(_ first: String, before second: String, rounds: Int = 20,
                           _ round: (_ record: @escaping @Sendable (String) -> Void) -> Void) -> Int {
         var inOrder = 0
@@ -153,10 +151,28 @@ final class FoundationFidelityCompletionTests: XCTestCase {
         return inOrder
     }
 
-    private func orderingHolds(_ inOrder: Int, atLeast minimum: Int = 15, _ message: String,
-                               file: StaticString = #filePath, line: UInt = #line) {
-        if Stress.isTSan { return }
-        XCTAssertGreaterThanOrEqual(inOrder, minimum, message, file: file, line: line)
+    final class SpinFlags: Sendable {
+        let release = Atomic<Bool>(false)
+        let started = Atomic<Int>(0)
+    }
+
+    /// Runs `body` with every worker of the default pool but one spinning on a task, so
+    /// that work queued for the pool starts in the order Spindle queued it: no second
+    /// worker can start the later task while the first is on its way. A spinning worker
+    /// is on its CPU, so no spare worker stands in for it.
+    private func withOneFreeWorker<T>(_ body: () -> T) -> T {
+        let pool = ThreadPool.shared
+        let flags = SpinFlags()
+        let spinners = pool.activeWorkerCount - 1
+        for _ in 0..<spinners {
+            try? pool.submit {
+                flags.started.add(1, ordering: .relaxed)
+                while !flags.release.load(ordering: .acquiring) { sched_yield() }
+            }
+        }
+        XCTAssertTrue(eventually(within: 60) { flags.started.load(ordering: .relaxed) == spinners })
+        defer { flags.release.store(true, ordering: .releasing) }
+        return body()
     }
 
     /// Foundation queues an operation's completion block before its queue starts the
@@ -177,30 +193,37 @@ final class FoundationFidelityCompletionTests: XCTestCase {
                 q.addOperations([first, next], waitUntilFinished: false)
             }
         }
-        orderingHolds(ordering("completion", before: "next", serialRound(dependent: true, finishesElsewhere: false)),
-                      "a dependent started before the completion block")
-        orderingHolds(ordering("completion", before: "next", serialRound(dependent: false, finishesElsewhere: false)),
-                      "the next operation started before the completion block")
-        orderingHolds(ordering("completion", before: "next", serialRound(dependent: true, finishesElsewhere: true)),
-                      "after an asynchronous operation, its dependent started before its completion block")
+        // With one worker free, the order Spindle queues them in is the order they start:
+        // every round, whatever else the machine runs, ThreadSanitizer included.
+        let rounds = 20
+        withOneFreeWorker {
+            XCTAssertEqual(ordering("completion", before: "next", rounds: rounds, serialRound(dependent: true, finishesElsewhere: false)),
+                           rounds, "a dependent started before the completion block")
+            XCTAssertEqual(ordering("completion", before: "next", rounds: rounds, serialRound(dependent: false, finishesElsewhere: false)),
+                           rounds, "the next operation started before the completion block")
+            XCTAssertEqual(ordering("completion", before: "next", rounds: rounds, serialRound(dependent: true, finishesElsewhere: true)),
+                           rounds, "after an asynchronous operation, its dependent started before its completion block")
+        }
     }
 
     /// On a queue with room, Foundation starts the dependents that an operation's
-    /// finish makes ready before it queues the completion block. Spindle queues the
-    /// block as the dependent starts and wakes a worker for it, which the kernel may
-    /// place on the waking worker's CPU, ahead of the dependent; so this asks for the
-    /// dependent first in a quarter of the rounds (a change that queued the block first
-    /// would see it in none; most runs see it in nearly all).
+    /// finish makes ready before it queues the completion block, and so does Spindle
+    /// (FinishProtocol.swift, F7). With a second worker free, the kernel may still start
+    /// the block first (it places the worker it wakes for the block where it likes), so
+    /// the order is checked with one worker free, where the queueing order decides.
     func testADependentThatCanStartAtOnceStartsBeforeTheCompletionBlock() {
-        let inOrder = ordering("dependent", before: "completion") { record in
-            let q = OperationQueue()
-            let first = BlockOperation {}
-            first.completionBlock = { record("completion") }
-            let dependent = BlockOperation { record("dependent") }
-            dependent.addDependency(first)
-            q.addOperations([first, dependent], waitUntilFinished: false)
+        let rounds = 20
+        let alone = withOneFreeWorker {
+            ordering("dependent", before: "completion", rounds: rounds) { record in
+                let q = OperationQueue()
+                let first = BlockOperation {}
+                first.completionBlock = { record("completion") }
+                let dependent = BlockOperation { record("dependent") }
+                dependent.addDependency(first)
+                q.addOperations([first, dependent], waitUntilFinished: false)
+            }
         }
-        orderingHolds(inOrder, atLeast: 5, "the completion block started before a dependent that could start at once")
+        XCTAssertEqual(alone, rounds, "with one worker free, the completion block started before a dependent that could start at once")
     }
 
     // MARK: block operations
