@@ -24,7 +24,7 @@ for r in rows:
     cells = [c.strip() for c in r.strip("|").split("|")]
     case, system, _tasks, unit, med = cells[:5]
     ratio = cells[7]
-    if system != "spindle":
+    if system not in ("spindle", "quota-aware"):
         continue
     unit = "p50 latency, ns" if unit.startswith("latency") else unit
     short.append(f"| {case} | {med} | {unit} | {ratio} |")

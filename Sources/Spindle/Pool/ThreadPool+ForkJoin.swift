@@ -129,8 +129,8 @@ extension ThreadPool {
     /// goes through the shared queue. Called from one of this pool's workers, `body`
     /// simply runs inline. If the pool has shut down, `body` runs on the caller.
     ///
-    /// Not from async code, where it would block a thread of the cooperative pool: use
-    /// ``run(_:)-(()->T)`` with `try await`, which suspends.
+    /// Not from async code, where it would block a thread of the cooperative pool:
+    /// there, `try await pool.run { … }` suspends instead.
     @available(*, noasync, message: "blocks the calling thread; in async code use 'try await pool.run { }', which suspends")
     public func run<T: Sendable>(_ body: @Sendable () -> T) -> T {
         if isCurrentThreadWorker { return body() }
