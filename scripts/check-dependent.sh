@@ -24,9 +24,24 @@ import PackageDescription
 let package = Package(
     name: "app",
     dependencies: [.package(path: "$work/spindle")],
-    targets: [.executableTarget(name: "app", dependencies: [.product(name: "Spindle", package: "spindle")])],
+    targets: [
+        .executableTarget(name: "app", dependencies: [.product(name: "Spindle", package: "spindle")]),
+        // Code that must not compile: the blocking forms from async code (noasync).
+        .executableTarget(name: "misuse", dependencies: [.product(name: "Spindle", package: "spindle")]),
+    ],
     swiftLanguageModes: [.v6]
 )
+SWIFT
+mkdir -p "$work/app/Sources/misuse"
+cat > "$work/app/Sources/misuse/main.swift" <<'SWIFT'
+import Spindle
+
+func handler(_ pool: ThreadPool) async throws -> Int {
+    pool.run { 42 }                 // blocks a cooperative thread: 'try await pool.run' suspends
+}
+func stop(_ pool: ThreadPool) async throws {
+    try pool.shutdown()             // blocks likewise: 'try await pool.shutdown()'
+}
 SWIFT
 cat > "$work/app/Sources/app/main.swift" <<'SWIFT'
 import Spindle
@@ -38,4 +53,11 @@ op.waitUntilFinished()
 SWIFT
 out=$(cd "$work/app" && swift run -c debug app 2>&1) || { echo "$out"; exit 1; }
 echo "$out" | grep -q "an operation ran on Spindle" || { echo "$out"; exit 1; }
-echo "check-dependent: a package depending on Spindle builds and runs"
+# The blocking run and shutdown cannot be picked from async code by accident.
+if misuse=$(cd "$work/app" && swift build --target misuse 2>&1); then
+  echo "check-dependent: the blocking run and shutdown compiled in async code" >&2; exit 1
+fi
+for what in "'run' is unavailable from asynchronous contexts" "'shutdown' is unavailable from asynchronous contexts"; do
+  echo "$misuse" | grep -q "$what" || { echo "$misuse"; echo "check-dependent: expected: $what" >&2; exit 1; }
+done
+echo "check-dependent: a package depending on Spindle builds and runs; blocking calls from async code do not compile"

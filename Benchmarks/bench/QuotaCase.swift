@@ -39,14 +39,20 @@ func quotaChild(seconds: Double) throws {
     let before = ThreadPool.cpuThrottling
     let startChunks = chunks.load(ordering: .relaxed)
     let start = now()
-    let delays = Mutex<[Double]>([])
+    final class Delays: @unchecked Sendable { // under `lock`
+        let lock = NSLock()
+        var values: [Double] = []
+        func add(_ d: Double) { lock.lock(); values.append(d); lock.unlock() }
+        var all: [Double] { lock.lock(); defer { lock.unlock() }; return values }
+    }
+    let delays = Delays()
     let period: UInt64 = 10_000_000
     var due = start + period
     while now() < start + UInt64(seconds * 1e9) {
         let wait = Int64(due) - Int64(now())
         if wait > 0 { usleep(UInt32(wait / 1000)) }
         let dueAt = due
-        try light.submit { let d = Double(now() - dueAt); delays.withLock { $0.append(d) } }
+        try light.submit { delays.add(Double(now() - dueAt)) }
         due += period
     }
     let elapsed = Double(now() - start) / 1e9
@@ -54,7 +60,7 @@ func quotaChild(seconds: Double) throws {
     let after = ThreadPool.cpuThrottling
     stop.store(true, ordering: .releasing)
     while running.load(ordering: .relaxed) > 0 { usleep(1000) }
-    let d = delays.withLock { $0 }
+    let d = delays.all
     let periods = (after?.periods ?? 0) &- (before?.periods ?? 0)
     let throttled = (after?.time ?? .zero) - (before?.time ?? .zero)
     let ms = Double(throttled.components.seconds) * 1e3 + Double(throttled.components.attoseconds) / 1e15

@@ -171,15 +171,15 @@ final class ContainerLimitTests: XCTestCase {
         let outcome = Mutex<(Int32, String)?>(nil)
         let child = Thread {
             let r = try? Self.runInGroup(group, test, environment: ["SPINDLE_LIMIT_PROBE": control])
-            outcome.withLock { $0 = r ?? (-1, "could not start the child") }
+            outcome.locked { $0 = r ?? (-1, "could not start the child") }
         }
         child.start()
         XCTAssertTrue(Self.waitForFile(control + "/ready"), "the child did not start")
         try setQuota(group, 200_000) // two CPUs
         XCTAssertTrue(Self.waitForFile(control + "/grown"), "the child did not see the quota grow")
         try setQuota(group, 50_000)
-        XCTAssertTrue(eventually(within: 120) { outcome.withLock { $0 } != nil })
-        let (status, text) = outcome.withLock { $0 } ?? (-1, "")
+        XCTAssertTrue(eventually(within: 120) { outcome.locked { $0 } != nil })
+        let (status, text) = outcome.locked { $0 } ?? (-1, "")
         XCTAssertEqual(status, 0, text)
         let cpus = spindle_usable_cpu_count()
         let lines = text.split(separator: "\n").map(String.init)

@@ -2,6 +2,8 @@ import Foundation
 import XCTest
 import Synchronization
 
+@testable import Spindle
+
 /// Stress sizes scale with `SPINDLE_STRESS` (default 1: small enough for every CI run,
 /// including under ThreadSanitizer; a nightly-style run sets 20 or more).
 enum Stress {
@@ -178,7 +180,7 @@ func runTestAsNobody(_ test: String, environment: [String: String], nice: Int? =
 /// This test binary, copied once per process to a fresh 0755 folder under the
 /// temporary directory.
 func readableCopyOfTestBinary() throws -> String {
-    try readableCopy.withLock { copy in
+    try readableCopy.locked { copy in
         if let copy { return copy }
         let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
         let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("spindle-tests-\(getpid())")
