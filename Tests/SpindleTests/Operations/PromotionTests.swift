@@ -71,6 +71,17 @@ final class PromotionTests: XCTestCase {
         XCTAssertEqual(s.wait(timeout: .now() + 60), .success, "\(what): it waited behind lower-class work", file: file, line: line)
     }
 
+    /// A worker of `qos`'s pool calls `waitUntilFinished()` on `op`; returns when it has.
+    func waitFromAWorker(of qos: QualityOfService, for op: Operation,
+                         file: StaticString = #filePath, line: UInt = #line) throws {
+        let done = DispatchSemaphore(value: 0)
+        try ThreadPool.forQualityOfService(qos).submit {
+            op.waitUntilFinished()
+            done.signal()
+        }
+        wait(done, "a \(qos) worker's wait", file: file, line: line)
+    }
+
     func backgroundQueue() -> OperationQueue {
         let q = OperationQueue()
         q.qualityOfService = .background
@@ -202,17 +213,13 @@ final class PromotionTests: XCTestCase {
         let r1 = Recorder()
         let b1 = BlockOperation { r1.record() }
         backgroundQueue().addOperation(b1)
-        let done = DispatchSemaphore(value: 0)
-        try ThreadPool.forQualityOfService(.userInitiated).submit {
-            b1.waitUntilFinished()
-            done.signal()
-        }
-        wait(done, "a userInitiated worker's wait")
+        try waitFromAWorker(of: .userInitiated, for: b1)
         assertRan(r1, at: .userInitiated, "the operation a userInitiated worker waited for")
         // From a thread whose Foundation quality of service is userInteractive.
         let r2 = Recorder()
         let b2 = BlockOperation { r2.record() }
         backgroundQueue().addOperation(b2)
+        let done = DispatchSemaphore(value: 0)
         let t = Thread {
             b2.waitUntilFinished()
             done.signal()
@@ -269,14 +276,9 @@ final class PromotionTests: XCTestCase {
         let b = BlockOperation { r.record() }
         b.qualityOfService = .userInitiated
         OperationQueue().addOperation(b)
-        let done = DispatchSemaphore(value: 0)
-        try ThreadPool.forQualityOfService(.background).submit {
-            b.waitUntilFinished()
-            done.signal()
-        }
-        wait(done, "the wait")
+        try waitFromAWorker(of: .background, for: b)
         assertRan(r, at: .userInitiated, "the operation")
-        XCTAssertEqual(b.promotedRank.load(ordering: .relaxed) <= ClassRank.of(QualityOfService.userInitiated), true)
+        XCTAssertLessThanOrEqual(b.promotedRank.load(ordering: .relaxed), ClassRank.of(QualityOfService.userInitiated))
     }
 
     // MARK: - A running operation

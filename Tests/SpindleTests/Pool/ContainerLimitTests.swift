@@ -50,6 +50,22 @@ final class ContainerLimitTests: XCTestCase {
         }.joined(separator: " ")
     }
 
+    /// Submits `perClass` tasks to every class pool; how many ran within a minute.
+    static func runOnEveryClass(_ perClass: Int) throws -> Int {
+        let ran = Atomic<Int>(0)
+        let all = DispatchSemaphore(value: 0)
+        let total = perClass * classes.count
+        for q in classes {
+            for _ in 0..<perClass {
+                try ThreadPool.forQualityOfService(q).submit {
+                    if ran.add(1, ordering: .relaxed).newValue == total { all.signal() }
+                }
+            }
+        }
+        _ = all.wait(timeout: .now() + 60)
+        return ran.load(ordering: .relaxed)
+    }
+
     // MARK: - Half a CPU
 
     func testAProcessInAHalfCPUGroupGetsOneWorkerPerClass() throws {
@@ -61,16 +77,7 @@ final class ContainerLimitTests: XCTestCase {
             let explicit = try ThreadPool(workers: 2)
             print("POOLS default=\(own.workerCount)/\(own.activeWorkerCount) explicit=\(explicit.workerCount)")
             // Every class still runs its work with one worker.
-            let ran = Atomic<Int>(0)
-            let done = DispatchSemaphore(value: 0)
-            for q in Self.classes {
-                for _ in 0..<100 {
-                    try ThreadPool.forQualityOfService(q).submit {
-                        if ran.add(1, ordering: .relaxed).newValue == 500 { done.signal() }
-                    }
-                }
-            }
-            print("RAN \(done.wait(timeout: .now() + 60) == .success ? ran.load(ordering: .relaxed) : -1)")
+            print("RAN \(try Self.runOnEveryClass(100))")
             try own.shutdown()
             try explicit.shutdown()
             return
@@ -150,16 +157,7 @@ final class ContainerLimitTests: XCTestCase {
             print("SHRANK \(Self.describeClasses()) lost=\(shrank.submitted - shrank.ran)")
             // After the shrink, everything still runs, including work spawned on workers.
             let after = Self.busyUntil { true }
-            let extra = Atomic<Int>(0)
-            let all = DispatchSemaphore(value: 0)
-            for q in Self.classes {
-                for _ in 0..<200 {
-                    try ThreadPool.forQualityOfService(q).submit {
-                        if extra.add(1, ordering: .relaxed).newValue == 1000 { all.signal() }
-                    }
-                }
-            }
-            print("AFTER lost=\(after.submitted - after.ran) ran=\(all.wait(timeout: .now() + 60) == .success ? 1000 : extra.load(ordering: .relaxed))")
+            print("AFTER lost=\(after.submitted - after.ran) ran=\(try Self.runOnEveryClass(200))")
             return
         }
         guard spindle_usable_cpu_count() >= 2 else { throw XCTSkip("needs two CPUs to grow to") }
