@@ -180,18 +180,19 @@ func runTestAsNobody(_ test: String, environment: [String: String], nice: Int? =
 /// This test binary, copied once per process to a fresh 0755 folder under the
 /// temporary directory.
 func readableCopyOfTestBinary() throws -> String {
-    try readableCopy.locked { copy in
-        if let copy { return copy }
-        let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("spindle-tests-\(getpid())")
-        try? FileManager.default.removeItem(at: dir)
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o755])
-        let target = dir.appendingPathComponent(me.lastPathComponent)
-        try FileManager.default.copyItem(at: me, to: target)
-        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: target.path)
-        copy = target.path
-        return target.path
+    if let copy = readableCopy.locked({ $0 }) { return copy }
+    // Copied outside the lock (it throws); a racing caller's copy goes to a folder of
+    // its own, and the first one stored is the one used.
+    let me = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    let dir = URL(fileURLWithPath: "/tmp").appendingPathComponent("spindle-tests-\(getpid())-\(UUID().uuidString.prefix(8))")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true,
+                                            attributes: [.posixPermissions: 0o755])
+    let target = dir.appendingPathComponent(me.lastPathComponent)
+    try FileManager.default.copyItem(at: me, to: target)
+    try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: target.path)
+    return readableCopy.locked { copy in
+        if copy == nil { copy = target.path }
+        return copy!
     }
 }
 private let readableCopy = Mutex<String?>(nil)
