@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 spindle_ensure_deps
-exec swift run -c release bench "$@"
+# The benchmark is a package of its own (Benchmarks/Package.swift), so that packages
+# depending on Spindle never resolve its peers.
+exec swift run -c release --package-path Benchmarks bench "$@"

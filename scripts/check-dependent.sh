@@ -52,6 +52,31 @@ queue.addOperation(op)
 op.waitUntilFinished()
 SWIFT
 out=$(cd "$work/app" && swift run -c debug app 2>&1) || { echo "$out"; exit 1; }
+# What the dependent resolves: Spindle's own dependencies and theirs, nothing of the
+# benchmarks', the service benchmark's or the ServiceLifecycle trait's (Package.swift).
+resolved() { python3 -c 'import json,sys; print(" ".join(sorted(p["identity"] for p in json.load(open(sys.argv[1]))["pins"])))' "$1"; }
+pins=$(resolved "$work/app/Package.resolved")
+[ "$pins" = "swift-log swift-metrics" ] || {
+  echo "check-dependent: a dependent resolves: $pins (expected: swift-log swift-metrics)" >&2; exit 1; }
+# With the trait, swift-service-lifecycle and its own dependencies come in too.
+mkdir -p "$work/traited/Sources/traited"
+cat > "$work/traited/Package.swift" <<SWIFT
+// swift-tools-version:6.1
+import PackageDescription
+let package = Package(
+    name: "traited",
+    dependencies: [.package(path: "$work/spindle", traits: ["ServiceLifecycle"])],
+    targets: [.executableTarget(name: "traited", dependencies: [
+        .product(name: "Spindle", package: "spindle"), .product(name: "SpindleServiceLifecycle", package: "spindle")])],
+    swiftLanguageModes: [.v6]
+)
+SWIFT
+printf 'import SpindleServiceLifecycle\nimport Spindle\n_ = ThreadPoolService(ThreadPool.shared)\n' > "$work/traited/Sources/traited/main.swift"
+traited=$(cd "$work/traited" && swift build 2>&1) || { echo "$traited"; exit 1; }
+pins=$(resolved "$work/traited/Package.resolved")
+[ "$pins" = "swift-async-algorithms swift-collections swift-log swift-metrics swift-service-lifecycle" ] || {
+  echo "check-dependent: with the ServiceLifecycle trait a dependent resolves: $pins" >&2; exit 1; }
+echo "check-dependent: a dependent resolves swift-log and swift-metrics only; with the ServiceLifecycle trait, swift-service-lifecycle too"
 echo "$out" | grep -q "an operation ran on Spindle" || { echo "$out"; exit 1; }
 # The blocking run and shutdown cannot be picked from async code by accident.
 if misuse=$(cd "$work/app" && swift build --target misuse 2>&1); then

@@ -15,4 +15,5 @@ if [ $# -eq 0 ]; then
   scripts/model-check.sh
   scripts/foundation-diff.sh
 fi
-exec swift test --disable-swift-testing "$@"
+# The ServiceLifecycle trait builds SpindleServiceLifecycle and its tests (Package.swift).
+exec swift test --disable-swift-testing --traits ServiceLifecycle "$@"

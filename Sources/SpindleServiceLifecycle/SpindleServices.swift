@@ -1,3 +1,6 @@
+// Built only with the `ServiceLifecycle` trait (Package.swift): without it, the module
+// is empty and swift-service-lifecycle is not resolved.
+#if ServiceLifecycle
 import ServiceLifecycle
 import Spindle
 
@@ -82,3 +85,4 @@ public struct OperationQueueService: Service {
         await queue.allOperationsFinished()
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if ServiceLifecycle // the trait scripts/test.sh enables
 import Foundation
 import ServiceLifecycle
 import ServiceLifecycleTestKit
@@ -54,3 +55,4 @@ final class SpindleServicesTests: XCTestCase {
         XCTAssertEqual(queue.operationCount, 0)
     }
 }
+#endif
