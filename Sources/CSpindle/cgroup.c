@@ -394,7 +394,10 @@ uint32_t spindle_cpu_limit_workers(void) {
     if (!limit_read) refresh_locked();
     uint32_t w = env_workers ? env_workers : limit_now.workers;
     pthread_mutex_unlock(&limit_lock);
-    return w;
+    /* CG3: never more than the CPUs the process may run on (an operator's count, CG5,
+     * is taken as given). */
+    uint32_t cpus = spindle_usable_cpu_count();
+    return !env_workers && w > cpus ? cpus : w;
 }
 
 bool spindle_cpu_limit_from_env(void) {

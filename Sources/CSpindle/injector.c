@@ -28,7 +28,8 @@
  *       shutdown reads 0 as "no outside submitter in flight" (pool.c, step 3).
  *
  * Why not a mutex-protected ring (tokio's Inject) or crossbeam's segmented Injector?
- * A mutex on the submit path is what the engine issue rules out; crossbeam's Injector
+ * A mutex on the submit path serialises every submitter behind the lock's holder, a
+ * stall the lock-free path never has; crossbeam's Injector
  * needs block allocation and reclamation. The intrusive queue needs neither, at the
  * cost of the J1 window (a producer preempted between its two steps delays the tasks
  * behind it until it resumes — they are never lost).

@@ -53,7 +53,7 @@
  * the CPU, and an idle CPU elsewhere pulls it only at the next balancing pass). Then
  * every other worker stays parked, since each submission sees "somebody is
  * searching", and outside submissions pile up in the injector with a CPU idle — on a
- * small VM, thousands of tasks for milliseconds at a time, with one worker parked and
+ * machine with few CPUs, thousands of tasks for milliseconds at a time, with one worker parked and
  * the searcher preempted on the submitter's CPU. So an outside submission that finds SPINDLE_BACKLOG_WAKE tasks or more already
  * queued wakes a sleeper whatever the searching count says: a running searcher drains
  * the injector in batches, so a backlog that size means the searchers are not keeping
@@ -92,7 +92,7 @@
  * not blocked yet) it may put it beside its waker. Its balancing would move one of the
  * two to a CPU that then goes idle, but not soon: both have just run, so both count as
  * cache hot, and a burst of forked work is over before the balancer gives up on that.
- * The burst then runs at half speed on two CPUs from start to end, which on a small VM
+ * The burst then runs at half speed on two CPUs from start to end, which with few CPUs
  * is a common outcome, not a rare one. So a worker woken by a sibling's push that
  * finds itself on that sibling's CPU moves itself, with two sched_setaffinity calls
  * (restrict, then restore), to the next CPU it may use on which no unparked sibling

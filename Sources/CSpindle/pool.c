@@ -33,7 +33,7 @@
  *
  * Time slice. SCHED_OTHER workers ask for a 100 µs EEVDF slice (worker.c,
  * spindle_thread_request_slice) so that a woken worker preempts the thread that
- * submitted to it, which on this VM is on the same CPU; a searching worker yields the
+ * submitted to it, which is often on the same CPU; a searching worker yields the
  * CPU every 16 rounds, so that having preempted its submitter it does not keep it off
  * the CPU while it searches. A worker that outranks its submitter would keep the CPU
  * through those yields, so it does not search there at all (park.c, G1).
@@ -322,6 +322,12 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
      * creator's (affinity.c, "Whose CPUs"). */
     bool was_planning_for_process = spindle_tls_planning_for_process;
     if (cfg.permanent) spindle_tls_planning_for_process = true;
+    /* A container's CPU limit (cgroup.c, CG3, CG5): a pool that sets no count of its own
+     * has no more workers taking work than the limit allows. A process-wide pool keeps a
+     * worker per CPU and lets only that many take work, so that it can follow the limit
+     * up and down while it runs (CG6, below); any other pool is planned for that many. */
+    uint32_t limited = cfg.workers || cfg.plan ? 0 : spindle_cpu_limit_workers();
+    if (limited && !cfg.permanent) cfg.workers = limited;
     if (!plan) {
         spindle_topology *topo = NULL;
         unplanned = spindle_topology_load(NULL, NULL, &topo);
@@ -332,25 +338,6 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         }
     }
     uint32_t n = plan ? spindle_plan_worker_count(plan) : (cfg.workers ? cfg.workers : spindle_usable_cpu_count());
-    /* A container's CPU limit (cgroup.c, CG3, CG5): a pool that sets no count of its own
-     * has no more workers than the limit allows. A process-wide pool keeps a worker per
-     * CPU and lets only that many take work, so that it can follow the limit up and
-     * down while it runs (CG6); any other pool is made that size. */
-    uint32_t limited = cfg.workers || cfg.plan ? 0 : spindle_cpu_limit_workers();
-    if (limited && !cfg.permanent && limited < n) {
-        if (own_plan) {
-            spindle_plan_free(own_plan);
-            own_plan = NULL;
-            plan = NULL;
-            spindle_topology *topo = NULL;
-            if (spindle_topology_load(NULL, NULL, &topo) == 0) {
-                if (spindle_plan_create(topo, limited, (spindle_pinning)cfg.pinning, NULL, 0, &own_plan) == 0)
-                    plan = own_plan;
-                spindle_topology_free(topo);
-            }
-        }
-        n = plan ? spindle_plan_worker_count(plan) : limited;
-    }
     spindle_tls_planning_for_process = was_planning_for_process;
     if (cfg.plan && cfg.workers && cfg.workers != n) {
         spindle_plan_free(own_plan);

@@ -46,7 +46,8 @@
  *     same sched_setscheduler the kernel refuses, and nice is not a pthread attribute.
  *   - Starting the spawner only when a creator is demoted: it would then be the child
  *     of that demoted thread.
- *   - Creating every class's pool up front: the QoS issue asks for lazy classes, and
+ *   - Creating every class's pool up front: a process that uses one class would pay
+ *     for the threads of all five, and
  *     pools a user creates from inside work would still inherit.
  *
  * Cost: one thread per process, asleep on a condition variable (with a 256 KiB stack,
