@@ -153,6 +153,56 @@ final class PromotionTests: XCTestCase {
         assertRan(rb, at: .userInteractive, "the dependency")
     }
 
+    /// A custom asynchronous operation: its `start()` records where the queue started it,
+    /// and it finishes on a thread of its own, as code wrapping a callback API does.
+    final class AsyncRecorded: Operation, @unchecked Sendable {
+        let recorder: Recorder
+        let state = Mutex<(executing: Bool, finished: Bool)>((false, false))
+        init(_ recorder: Recorder) { self.recorder = recorder }
+        override var isAsynchronous: Bool { true }
+        override var isExecuting: Bool { state.locked { $0.executing } }
+        override var isFinished: Bool { state.locked { $0.finished } }
+        override func start() {
+            recorder.record()
+            willChangeValue(forKey: "isExecuting")
+            state.locked { $0.executing = true }
+            didChangeValue(forKey: "isExecuting")
+            Thread.detachNewThread { [self] in
+                willChangeValue(forKey: "isFinished")
+                willChangeValue(forKey: "isExecuting")
+                state.locked { $0 = (false, true) }
+                didChangeValue(forKey: "isExecuting")
+                didChangeValue(forKey: "isFinished")
+            }
+        }
+    }
+
+    /// The same for a custom asynchronous subclass, and transitively through a custom
+    /// synchronous one: what the queue starts runs at the promoted class.
+    func testCustomAndAsynchronousSubclassesArePromoted() throws {
+        let release = try occupy(.background)
+        defer { release() }
+        final class Sync: Operation, @unchecked Sendable {
+            let recorder: Recorder
+            init(_ recorder: Recorder) { self.recorder = recorder }
+            override func main() { recorder.record() }
+        }
+        let ra = Recorder(), rs = Recorder()
+        let a = AsyncRecorded(ra), s = Sync(rs)
+        s.addDependency(a)
+        let q = backgroundQueue()
+        q.addOperations([a, s], waitUntilFinished: false)
+        let u = BlockOperation {}
+        u.qualityOfService = .userInteractive
+        let done = DispatchSemaphore(value: 0)
+        u.completionBlock = { done.signal() }
+        u.addDependency(s)
+        OperationQueue().addOperation(u)
+        wait(done, "the interactive operation")
+        assertRan(ra, at: .userInteractive, "the asynchronous subclass's start()")
+        assertRan(rs, at: .userInteractive, "the synchronous subclass's main()")
+    }
+
     // MARK: - A raised class
 
     /// Raising a queued operation's class moves it in place (P3, P5); it reads back the
