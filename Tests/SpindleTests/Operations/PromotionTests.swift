@@ -82,6 +82,18 @@ final class PromotionTests: XCTestCase {
         wait(done, "a \(qos) worker's wait", file: file, line: line)
     }
 
+    /// A userInteractive operation that depends on `op`, added to a queue of its own;
+    /// returns once it has run.
+    func runAnInteractiveDependent(on op: Operation, file: StaticString = #filePath, line: UInt = #line) {
+        let u = BlockOperation {}
+        u.qualityOfService = .userInteractive
+        let done = DispatchSemaphore(value: 0)
+        u.completionBlock = { done.signal() }
+        u.addDependency(op)
+        OperationQueue().addOperation(u)
+        wait(done, "the interactive operation", file: file, line: line)
+    }
+
     func backgroundQueue() -> OperationQueue {
         let q = OperationQueue()
         q.qualityOfService = .background
@@ -100,13 +112,7 @@ final class PromotionTests: XCTestCase {
         let b = BlockOperation { r.record() }
         b.qualityOfService = .background
         backgroundQueue().addOperation(b)
-        let u = BlockOperation {}
-        u.qualityOfService = .userInteractive
-        let done = DispatchSemaphore(value: 0)
-        u.completionBlock = { done.signal() }
-        u.addDependency(b) // promotes: u's class is its own
-        OperationQueue().addOperation(u)
-        wait(done, "the interactive operation")
+        runAnInteractiveDependent(on: b) // promotes at the edge: its class is its own
         assertRan(r, at: .userInteractive, "the background dependency")
         XCTAssertEqual(b.qualityOfService, .background, "a promotion does not change what was set")
     }
@@ -142,13 +148,7 @@ final class PromotionTests: XCTestCase {
         b.addDependency(c)
         let q = backgroundQueue()
         q.addOperations([b, c], waitUntilFinished: false)
-        let u = BlockOperation {}
-        u.qualityOfService = .userInteractive
-        let done = DispatchSemaphore(value: 0)
-        u.completionBlock = { done.signal() }
-        u.addDependency(b)
-        OperationQueue().addOperation(u)
-        wait(done, "the interactive operation")
+        runAnInteractiveDependent(on: b)
         assertRan(rc, at: .userInteractive, "the dependency's dependency")
         assertRan(rb, at: .userInteractive, "the dependency")
     }
@@ -192,13 +192,7 @@ final class PromotionTests: XCTestCase {
         s.addDependency(a)
         let q = backgroundQueue()
         q.addOperations([a, s], waitUntilFinished: false)
-        let u = BlockOperation {}
-        u.qualityOfService = .userInteractive
-        let done = DispatchSemaphore(value: 0)
-        u.completionBlock = { done.signal() }
-        u.addDependency(s)
-        OperationQueue().addOperation(u)
-        wait(done, "the interactive operation")
+        runAnInteractiveDependent(on: s)
         assertRan(ra, at: .userInteractive, "the asynchronous subclass's start()")
         assertRan(rs, at: .userInteractive, "the synchronous subclass's main()")
     }
