@@ -80,7 +80,7 @@ fi
 connections=${connections:-$((4 * cpus))}
 
 echo "service-bench: building Benchmarks/Service (release)" >&2
-swift build -c release --package-path Benchmarks/Service >&2
+swift build -c release --package-path Benchmarks/Service --product ServiceBench >&2
 bin="$(swift build -c release --package-path Benchmarks/Service --show-bin-path)/ServiceBench"
 
 work="$(mktemp -d)"
