@@ -494,6 +494,9 @@ spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index);
  * `main_fn`, with a small stack and signals blocked but for the synchronous faults and
  * SIGPROF. 0 or pthread_create's error. */
 int spindle_start_service_thread(void *(*main_fn)(void *));
+/* Starts a service thread (spindle_start_service_thread) from the spawner, so that it
+ * begins at the process's own CPUs, nice and policy; waits for it. 0 or the error. */
+int spindle_spawn_service_thread(void *(*main_fn)(void *));
 /* Starts the pool's workers on the process's spawner thread, in worker order. Returns
  * 0, or the first pthread_create error with *started threads running. */
 int spindle_spawn_workers(spindle_pool *pool, uint32_t *started);

@@ -402,9 +402,12 @@ void spindle_monitor_register(spindle_pool *pool) {
     pool->monitor_next = mon_pools;
     mon_pools = pool;
     if (!mon_atfork && pthread_atfork(NULL, NULL, monitor_reset_in_child) == 0) mon_atfork = true;
-    /* Every signal blocked, as the spawner's: a process that directs a signal to one
-     * thread must not find it delivered here. */
-    if (!mon_running && spindle_start_service_thread(monitor_main) == 0) mon_running = true;
+    /* Started by the spawner, so that it runs at the process's own CPUs, nice and
+     * policy, not those of the thread that made the first pool (spawn.c); with every
+     * signal blocked, as the spawner's: a process that directs a signal to one thread
+     * must not find it delivered here. A refusal (a thread limit) leaves the pools
+     * without spares and without following a CPU limit; the next pool tries again. */
+    if (!mon_running && spindle_spawn_service_thread(monitor_main) == 0) mon_running = true;
     pthread_mutex_unlock(&mon_lock);
     spindle_monitor_poke(); /* its workers start unparked */
 }

@@ -16,7 +16,8 @@
  * worker).
  *
  * The fix. No pool starts its own workers. One thread per process, the spawner, starts
- * them all. The first spindle_pool_create starts the spawner (no worker exists before
+ * them all, and the monitor (spare.c) too, which would otherwise keep the CPUs, nice
+ * and policy of whichever thread made the first pool. The first spindle_pool_create starts the spawner (no worker exists before
  * the first pool, so its creator is never a Spindle worker); the spawner then adopts
  * the process's own policy and nice — the main thread's, which is what `nice`,
  * `renice -p` and `chrt` set — and sleeps until asked for threads. Every worker is its
@@ -73,6 +74,8 @@ typedef struct spawn_request {
     /* NULL: start the pool's workers, and answer. A spare: start its thread alone,
      * detached, and free the request (nobody waits for the answer). */
     spindle_worker *spare;
+    /* Non-NULL (and `pool` NULL): start a service thread running this, and answer. */
+    void *(*service)(void *);
     cpu_set_t *affinity; /* the pool's planned CPUs (pool->affinity), or NULL */
     size_t affinity_size;
     sigset_t sigmask;    /* the creator's blocked signals */
@@ -223,8 +226,8 @@ static void *spawner_main(void *arg) {
             pthread_mutex_lock(&lock);
             continue;
         }
-        uint32_t started;
-        int rc = start_workers(r, &started);
+        uint32_t started = 0;
+        int rc = r->service ? spindle_start_service_thread(r->service) : start_workers(r, &started);
         pthread_mutex_lock(&lock);
         r->started = started;
         r->rc = rc;
@@ -295,6 +298,19 @@ int spindle_spawn_spare(spindle_pool *pool, spindle_worker *w) {
     int rc = enqueue_locked(r);
     pthread_mutex_unlock(&lock);
     if (rc) free(r);
+    return rc;
+}
+
+int spindle_spawn_service_thread(void *(*main_fn)(void *)) {
+    spawn_request r = {.service = main_fn};
+    pthread_sigmask(SIG_SETMASK, NULL, &r.sigmask);
+    pthread_mutex_lock(&lock);
+    int rc = enqueue_locked(&r);
+    if (rc == 0) {
+        while (!r.done) pthread_cond_wait(&answered, &lock);
+        rc = r.rc;
+    }
+    pthread_mutex_unlock(&lock);
     return rc;
 }
 

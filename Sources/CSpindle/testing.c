@@ -7,10 +7,14 @@
 #include "spindle_testing.h"
 #include "topology_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,6 +95,89 @@ static void count_in_child(void *ctx, spindle_run_reason reason) {
     atomic_fetch_add_explicit((_Atomic int *)ctx, 1, memory_order_relaxed);
 }
 
+/* Waits for child `pid` for up to `timeout_ms`; its exit status, 2 on timeout (it is
+ * killed), 128 + signal, or -errno. */
+static int wait_for_child(pid_t pid, uint32_t timeout_ms) {
+    int status = 0;
+    for (uint32_t waited = 0;; waited++) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) return -errno;
+        if (waited >= timeout_ms) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+            return 2;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The child's demoted creator: nice +3, SCHED_BATCH, one CPU; makes the first pool. */
+static void *demoted_creator(void *arg) {
+    setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + 3);
+    struct sched_param none = {0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    sched_setaffinity(0, sizeof one, &one);
+    spindle_config cfg;
+    spindle_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.pinning = SPINDLE_PIN_NONE;
+    spindle_pool *pool;
+    *(spindle_pool **)arg = spindle_pool_create(&cfg, &pool) == 0 ? pool : NULL;
+    return NULL;
+}
+
+int spindle_test_monitor_baseline_in_forked_child(uint32_t timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid == 0) {
+        /* Only this thread exists here: no spawner, no monitor. */
+        pthread_t creator;
+        spindle_pool *pool = NULL;
+        if (pthread_create(&creator, NULL, demoted_creator, &pool) != 0) _exit(3);
+        pthread_join(creator, NULL);
+        if (!pool) _exit(4);
+        pid_t monitor = 0;
+        for (int tries = 0; tries < 2000 && !monitor; tries++) {
+            DIR *tasks = opendir("/proc/self/task");
+            if (!tasks) _exit(5);
+            for (struct dirent *e; !monitor && (e = readdir(tasks));) {
+                char path[300], name[32] = {0};
+                snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+                FILE *f = fopen(path, "r");
+                if (!f) continue;
+                if (fgets(name, sizeof name, f) && strncmp(name, "spindle-monitor", 15) == 0)
+                    monitor = (pid_t)atoi(e->d_name);
+                fclose(f);
+            }
+            closedir(tasks);
+            if (!monitor) {
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, NULL);
+            }
+        }
+        if (!monitor) _exit(13);
+        pid_t self = getpid();
+        errno = 0;
+        int nice_main = getpriority(PRIO_PROCESS, (id_t)self);
+        int nice_monitor = getpriority(PRIO_PROCESS, (id_t)monitor);
+        if (errno || nice_main != nice_monitor) _exit(10);
+        if (sched_getscheduler(self) != sched_getscheduler(monitor)) _exit(11);
+        cpu_set_t main_cpus, monitor_cpus;
+        if (sched_getaffinity(self, sizeof main_cpus, &main_cpus) != 0 ||
+            sched_getaffinity(monitor, sizeof monitor_cpus, &monitor_cpus) != 0 ||
+            !CPU_EQUAL(&main_cpus, &monitor_cpus))
+            _exit(12);
+        _exit(0);
+    }
+    return wait_for_child(pid, timeout_ms);
+}
+
 int spindle_test_pool_in_forked_child(uint32_t timeout_ms) {
     pid_t pid = fork();
     if (pid < 0) return -errno;
@@ -108,20 +195,7 @@ int spindle_test_pool_in_forked_child(uint32_t timeout_ms) {
         if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) _exit(5);
         _exit(atomic_load_explicit(&ran, memory_order_relaxed) == 100 ? 0 : 6);
     }
-    int status = 0;
-    for (uint32_t waited = 0;; waited++) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) break;
-        if (r < 0 && errno != EINTR) return -errno;
-        if (waited >= timeout_ms) {
-            kill(pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-            return 2;
-        }
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return wait_for_child(pid, timeout_ms);
 }
 
 void spindle_test_log(spindle_log_level level, const char *message) { spindle_log(level, "%s", message); }

@@ -88,6 +88,13 @@ void spindle_test_worker_memory(const spindle_pool *pool, uint32_t w, const void
  *  it died, or -errno if fork failed. For spawn.c's fork handling. */
 int spindle_test_pool_in_forked_child(uint32_t timeout_ms);
 
+/** Forks; in the child, a thread at nice +3 under SCHED_BATCH and pinned to one CPU makes
+ *  the child's first pool, which starts the monitor. Returns 0 when the monitor runs at
+ *  the child's own nice, policy and CPUs; 10, 11 or 12 when its nice, policy or CPU mask
+ *  is the creator's instead; 13 when no monitor thread appeared; 2, 128 + signal or
+ *  -errno as spindle_test_pool_in_forked_child. */
+int spindle_test_monitor_baseline_in_forked_child(uint32_t timeout_ms);
+
 /** Looks libnuma up again under `soname` (NULL: the real name, libnuma.so.1), as if the
  *  process had started with that library; returns whether NUMA is then usable. Lets a
  *  test see how Spindle behaves on a machine without libnuma. */

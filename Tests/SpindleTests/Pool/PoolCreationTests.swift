@@ -153,6 +153,18 @@ final class PoolCreationTests: XCTestCase {
         XCTAssertEqual(spindle_test_pool_in_forked_child(10_000), 0)
     }
 
+    /// The monitor is started with the first pool, from whatever thread makes it. It must
+    /// still run at the process's own nice, policy and CPUs, as the spawner and the
+    /// workers do (spawn.c), not at those of a demoted, pinned creator. A fresh process
+    /// (a forked child) is the only place whose first pool a test controls.
+    func testTheMonitorRunsAtTheProcesssOwnPriorityAndCPUsWhoeverMadeTheFirstPool() throws {
+        if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
+        _ = try ThreadPool(configuration: .init(workers: 1))
+        let status = spindle_test_monitor_baseline_in_forked_child(10_000)
+        XCTAssertEqual(status, 0, [10: "the monitor has its creator's nice", 11: "the monitor has its creator's policy",
+                                   12: "the monitor has its creator's CPU mask", 13: "no monitor thread started"][status] ?? "child status \(status)")
+    }
+
     func testRefusedNegativeNiceFallsBackAndIsReported() throws {
         var c = ThreadPool.Configuration(workers: 1)
         c.nice = 5
