@@ -286,13 +286,20 @@ public final class ThreadPool: @unchecked Sendable {
     /// True once `shutdown(_:)` has begun.
     public var isShuttingDown: Bool { spindle_pool_is_shutting_down(raw) }
 
-    /// True when the calling thread is one of this pool's workers.
+    /// True when the calling thread is one of this pool's workers, a spare included.
     public var isCurrentThreadWorker: Bool { spindle_pool_current_worker(raw) >= 0 }
 
-    /// The index (0..<workerCount) of the calling worker, or nil outside the pool.
+    /// The index, in `0..<workerCount`, of the calling worker; nil outside the pool and
+    /// on a spare worker.
+    ///
+    /// A spare runs the pool's work while one of its workers is blocked, and that worker
+    /// may resume while the spare still runs: the two have no index of their own to
+    /// share, so a per-worker array indexed by this value is only ever used by the
+    /// worker it belongs to. Code on a spare that needs a slot falls back to a shared
+    /// one, as code outside the pool does.
     public var currentWorkerIndex: Int? {
         let i = spindle_pool_current_worker(raw)
-        return i >= 0 ? Int(i) : nil
+        return i >= 0 && i < workerCount ? Int(i) : nil
     }
 
     /// Why pinning a worker to its planned CPUs failed (for instance, a plan for CPUs

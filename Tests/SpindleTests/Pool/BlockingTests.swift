@@ -174,6 +174,42 @@ final class BlockingTests: XCTestCase {
         XCTAssertEqual(seen.locked { $0 }, 7, "a spare did not take its pool's nice")
     }
 
+    /// `currentWorkerIndex` promises `0..<workerCount`: code that indexes a per-worker
+    /// array with it must not get a spare's slot number.
+    func testASpareHasNoWorkerIndexAndTheWorkersKeepTheirs() throws {
+        var config = ThreadPool.Configuration(workers: 2)
+        config.maxSpareWorkers = 4
+        let pool = try ThreadPool(configuration: config)
+        defer { try? pool.shutdown() }
+        let gate = DispatchSemaphore(value: 0)
+        let blocked = DispatchSemaphore(value: 0)
+        let seen = Mutex<[Int?]>([])
+        // Both workers block, so the next closures can only run on spares.
+        for _ in 0..<2 {
+            try pool.submit {
+                seen.locked { $0.append(pool.currentWorkerIndex) }
+                ThreadPool.blocking { blocked.signal(); gate.wait() }
+            }
+        }
+        for _ in 0..<2 { XCTAssertEqual(blocked.wait(timeout: .now() + 10), .success) }
+        let onSpares = Mutex<[(isWorker: Bool, index: Int?)]>([])
+        let done = DispatchSemaphore(value: 0)
+        for _ in 0..<4 {
+            try pool.submit {
+                onSpares.locked { $0.append((pool.isCurrentThreadWorker, pool.currentWorkerIndex)) }
+                done.signal()
+            }
+        }
+        for _ in 0..<4 { XCTAssertEqual(done.wait(timeout: .now() + 10), .success) }
+        gate.signal()
+        gate.signal()
+        XCTAssertEqual(Set(seen.locked { $0 }.compactMap { $0 }), [0, 1], "the workers' own indices")
+        for (isWorker, index) in onSpares.locked({ $0 }) {
+            XCTAssertTrue(isWorker, "a spare is one of the pool's threads")
+            XCTAssertNil(index, "a spare reported index \(index.map(String.init) ?? "nil") on a 2-worker pool")
+        }
+    }
+
     func testThreadPoolBlockingCompensatesAtOnce() throws {
         let pool = try ThreadPool(workers: 1)
         defer { try? pool.shutdown() }
