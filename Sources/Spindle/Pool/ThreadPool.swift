@@ -41,6 +41,9 @@ public final class ThreadPool: @unchecked Sendable {
     /// Threads in this pool. A process-wide pool keeps one per CPU it may use, and
     /// under a container's CPU limit only ``activeWorkerCount`` of them take work.
     public let workerCount: Int
+    /// The most workers, and the most spares, one pool can have: the engine's
+    /// SPINDLE_MAX_WORKERS (Sources/CSpindle/internal.h).
+    static let maxWorkers = 4096
     /// Set for ``shared`` and the quality-of-service pools, which cannot be shut down.
     let isProcessWide: Bool
     /// The admission limit, for a pool configured with a ``Configuration/queueLimit``.
@@ -124,8 +127,8 @@ public final class ThreadPool: @unchecked Sendable {
 
     init(configuration: Configuration, processWide: Bool) throws {
         SpindleLogging.installEngineHandler()
-        if let w = configuration.workers, w < 1 || w > 4096 {
-            throw Error.invalidConfiguration("workers must be in 1...4096, got \(w)")
+        if let w = configuration.workers, w < 1 || w > Self.maxWorkers {
+            throw Error.invalidConfiguration("workers must be in 1...\(Self.maxWorkers), got \(w)")
         }
         guard configuration.dequeCapacity >= 1, configuration.dequeCapacity <= 1 << 24 else {
             throw Error.invalidConfiguration("dequeCapacity must be in 1...\(1 << 24), got \(configuration.dequeCapacity)")
@@ -137,8 +140,8 @@ public final class ThreadPool: @unchecked Sendable {
         guard spinNs >= 0, spinNs <= Int64(UInt32.max) else {
             throw Error.invalidConfiguration("spin must be between 0 and ~4 s")
         }
-        guard (0...4096).contains(configuration.maxSpareWorkers) else {
-            throw Error.invalidConfiguration("maxSpareWorkers must be in 0...4096, got \(configuration.maxSpareWorkers)")
+        guard (0...Self.maxWorkers).contains(configuration.maxSpareWorkers) else {
+            throw Error.invalidConfiguration("maxSpareWorkers must be in 0...\(Self.maxWorkers), got \(configuration.maxSpareWorkers)")
         }
         if let limit = configuration.queueLimit, limit < 1 {
             throw Error.invalidConfiguration("queueLimit must be at least 1 (nil: no limit), got \(limit)")

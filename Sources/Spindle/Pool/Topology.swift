@@ -73,11 +73,17 @@ public struct Topology: Sendable {
 
     /// Plans `workers` workers (nil: one per usable CPU) on the given nodes (nil: all).
     public func plan(workers: Int? = nil, pinning: ThreadPool.Pinning = .node, nodes nodeIDs: [Int]? = nil) throws -> PlacementPlan {
-        if let w = workers, w < 1 || w > 4096 { throw Error.invalidPlan("workers must be in 1...4096, got \(w)") }
+        let most = Int(ThreadPool.maxWorkers)
+        if let w = workers, w < 1 || w > most { throw Error.invalidPlan("workers must be in 1...\(most), got \(w)") }
         if let ids = nodeIDs {
             for id in ids where !nodes.contains(where: { $0.id == id }) {
                 throw Error.invalidPlan("node \(id) has no usable CPU (known: \(nodes.map(\.id)))")
             }
+        }
+        let cpus = nodes.filter { nodeIDs?.contains($0.id) ?? true }.reduce(0) { $0 + $1.cpus.count }
+        if workers == nil, cpus > most {
+            throw Error.invalidPlan("one worker per usable CPU would be \(cpus) workers, more than the \(most) a pool can have: "
+                                    + "pass workers (1...\(most)), or fewer nodes")
         }
         var raw: OpaquePointer?
         let ids = (nodeIDs ?? []).map(Int32.init)
@@ -85,7 +91,7 @@ public struct Topology: Sendable {
             spindle_plan_create(handle.raw, UInt32(workers ?? 0), pinning.engineValue, buf.baseAddress, UInt32(buf.count), &raw)
         }
         guard rc == 0, let raw else {
-            if rc == EINVAL { throw Error.invalidPlan("rejected by the engine") }
+            if rc == EINVAL { throw Error.invalidPlan("the chosen nodes have no usable CPU") }
             throw Error.systemError(errno: rc)
         }
         return PlacementPlan(PlanHandle(raw))

@@ -105,6 +105,31 @@ final class PlanScalingTests: XCTestCase {
         XCTAssertEqual(byNode.workers[0].stealTiers.count, 8)
     }
 
+    /// A machine with more CPUs than a pool can have workers: a plan for one worker per
+    /// CPU names the limit and what to do, and a count within it plans.
+    func testAPlanForMoreCPUsThanAPoolCanHaveNamesTheLimit() throws {
+        // Two nodes of 2112 CPUs, with no per-CPU files: cores and caches unknown.
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("spindle-4224-\(getpid())").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        for (rel, text) in [("cpu/online", "0-4223"), ("node/online", "0-1"),
+                            ("node/node0/cpulist", "0-2111"), ("node/node0/distance", "10 20"),
+                            ("node/node1/cpulist", "2112-4223"), ("node/node1/distance", "20 10")] {
+            let path = root + "/devices/system/" + rel
+            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
+                                                    withIntermediateDirectories: true)
+            try (text + "\n").write(toFile: path, atomically: false, encoding: .utf8)
+        }
+        let topo = try Topology.load(sysfsRoot: root, cpus: "0-4223")
+        XCTAssertEqual(topo.nodes.map(\.cpus.count), [2112, 2112])
+        XCTAssertThrowsError(try topo.plan()) { error in
+            guard case Topology.Error.invalidPlan(let why) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(why.contains("4224") && why.contains("4096") && why.contains("pass workers"), why)
+        }
+        XCTAssertEqual(try topo.plan(workers: 4096).workers.count, 4096)
+        // One node is within the limit.
+        XCTAssertEqual(try topo.plan(nodes: [1]).workers.count, 2112)
+    }
+
     func testAPlanTakesMemoryLinearInItsWorkers() throws {
         let topo = try topology()
         let cpus = Self.machine.cpuCount, nodes = Self.machine.nodes
