@@ -23,8 +23,10 @@
  *   T1  Every usable CPU belongs to exactly one node of the topology.
  *   T2  Nodes are listed by ascending id and hold their usable CPUs ascending; nodes
  *       without usable CPUs are not listed (they get no workers).
- *   T3  distance[i][j] is the sysfs distance between listed nodes i and j (10 when the
- *       tree does not say).
+ *   T3  distance[i][j] is the sysfs distance between listed nodes i and j (10 from a
+ *       node to itself and 20 to the others when the node has no distance file). A
+ *       distance file that is there must be a whole row: one integer in 1...255 per
+ *       online node; anything else schedules the machine as one node, with the reason.
  */
 #include "topology_internal.h"
 
@@ -184,6 +186,15 @@ static int set_single_node(spindle_topology *t, const char *why) {
     return t->fallback ? 0 : ENOMEM;
 }
 
+/* Whether `path` exists under `root` but is not a regular file (a directory, a FIFO):
+ * a tree that has the name but not the attribute is malformed, not silent. */
+static bool present_but_not_a_file(const char *root, const char *path) {
+    char full[4096];
+    snprintf(full, sizeof full, "%s/%s", root, path);
+    struct stat st;
+    return stat(full, &st) == 0 && !S_ISREG(st.st_mode);
+}
+
 /* ---- loading ----------------------------------------------------------------------- */
 
 /* The most node ids read from devices/system/node/online. */
@@ -231,6 +242,10 @@ static int read_usable_cpus(const char *root, const char *cpu_list, uint8_t *usa
     /* An empty or malformed online list is the tree's fault, and said so (not blamed
      * on the mask). */
     char *online = read_text(root, "devices/system/cpu/online");
+    if (!online && present_but_not_a_file(root, "devices/system/cpu/online")) {
+        snprintf(load_error, sizeof load_error, "%s/devices/system/cpu/online is not a regular file", root);
+        return EBADMSG;
+    }
     if (online) {
         memset(tmp, 0, SPINDLE_MAX_CPUS);
         bool any = false;
@@ -297,26 +312,33 @@ static const char *read_node_ids(const char *root, uint8_t *tmp, int32_t *ids, u
     return NULL;
 }
 
-/* Node `id`'s row of distances into `row` (`count` entries, default 10 to itself and 20
- * to the others), or a reason the tree's row is unusable. */
+/* Node `id`'s row of distances into `row` (`count` entries), or a reason the tree's row
+ * is unusable. A node without a distance file is 10 from itself and 20 from the others
+ * (T3); a file must hold exactly one distance per online node, each an integer in the
+ * kernel's range, 10 (local) to 255 (unreachable), separated by blanks. */
 static const char *read_distances(const char *root, int32_t id, uint32_t self, uint32_t count, int32_t *row) {
     for (uint32_t b = 0; b < count; b++) row[b] = b == self ? 10 : 20;
     char path[256];
     snprintf(path, sizeof path, "devices/system/node/node%d/distance", id);
     char *d = read_text(root, path);
-    if (!d) return NULL;
+    if (!d) return present_but_not_a_file(root, path) ? "a node distance in sysfs is not a regular file" : NULL;
     const char *why = NULL;
     char *p = d;
-    for (uint32_t b = 0; b < count && !why; b++) {
+    uint32_t b = 0;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p) break;
-        /* The kernel's distances are 10 (local) to 255 (unreachable). */
-        if (errno == ERANGE || v < 1 || v > 255) why = "a node distance in sysfs is out of range (1...255)";
-        else row[b] = (int32_t)v;
+        bool number = end != p && (*end == 0 || *end == ' ' || *end == '\t' || *end == '\n');
+        if (!number) { why = "a node distance row in sysfs holds something other than integers"; break; }
+        if (b == count) { why = "a node distance row in sysfs has more entries than there are online nodes"; break; }
+        if (errno == ERANGE || v < 1 || v > 255) { why = "a node distance in sysfs is out of range (1...255)"; break; }
+        row[b++] = (int32_t)v;
         p = end;
     }
+    if (!why && b < count) why = "a node distance row in sysfs has fewer entries than there are online nodes";
     free(d);
     return why;
 }

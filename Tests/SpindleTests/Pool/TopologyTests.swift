@@ -251,14 +251,60 @@ final class TopologyErrorTests: XCTestCase {
         try FileManager.default.removeItem(atPath: online)
         XCTAssertEqual(mkfifo(online, 0o644), 0)
         let done = DispatchSemaphore(value: 0)
-        let nodes = Mutex<Int>(-1)
+        let outcome = Mutex<String>("")
         Thread.detachNewThread {
-            let topo = try? Topology.load(sysfsRoot: root, cpus: "0-31")
-            nodes.locked { $0 = topo?.nodes.count ?? 0 }
+            do {
+                _ = try Topology.load(sysfsRoot: root, cpus: "0-31")
+                outcome.locked { $0 = "loaded" }
+            } catch {
+                outcome.locked { $0 = "\(error)" }
+            }
             done.signal()
         }
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "a FIFO in the tree blocked the load")
-        XCTAssertEqual(nodes.locked { $0 }, 2, "the FIFO is skipped like a missing file")
+        let said = outcome.locked { $0 }
+        XCTAssertTrue(said.contains("devices/system/cpu/online is not a regular file"), said)
+    }
+
+    /// The online list present as a directory is a malformed tree, named, not a tree
+    /// without an online list.
+    func testAnOnlineListThatIsADirectoryNamesTheFile() throws {
+        let root = try copyOf("two-socket-smt")
+        let online = root + "/devices/system/cpu/online"
+        try FileManager.default.removeItem(atPath: online)
+        try FileManager.default.createDirectory(atPath: online, withIntermediateDirectories: false)
+        XCTAssertThrowsError(try Topology.load(sysfsRoot: root, cpus: "0-31")) { error in
+            guard case Topology.Error.invalidSysfs(let why) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(why.contains("devices/system/cpu/online is not a regular file"), why)
+        }
+    }
+
+    /// A distance row must be one integer per online node (two here): a row that is
+    /// not schedules the machine as one node and says which way it is wrong.
+    func testMalformedDistanceRowsFallBackAndSayHow() throws {
+        let cases = ["nan 21": "other than integers", "10 21x": "other than integers", "10": "fewer entries",
+                     "": "fewer entries", "10 21 21": "more entries", "10 NaN": "other than integers"]
+        for (row, reason) in cases {
+            let root = try copyOf("two-socket-smt")
+            try write(row + "\n", to: root + "/devices/system/node/node0/distance")
+            let topo = try Topology.load(sysfsRoot: root, cpus: "0-31")
+            XCTAssertEqual(topo.nodes.count, 1, "'\(row)'")
+            XCTAssertTrue(topo.fallbackReason?.contains(reason) ?? false, "'\(row)': \(topo.fallbackReason ?? "no reason")")
+        }
+        // A distance that is a directory.
+        let root = try copyOf("two-socket-smt")
+        let distance = root + "/devices/system/node/node1/distance"
+        try FileManager.default.removeItem(atPath: distance)
+        try FileManager.default.createDirectory(atPath: distance, withIntermediateDirectories: false)
+        let topo = try Topology.load(sysfsRoot: root, cpus: "0-31")
+        XCTAssertEqual(topo.nodes.count, 1)
+        XCTAssertTrue(topo.fallbackReason?.contains("not a regular file") ?? false, topo.fallbackReason ?? "no reason")
+        // A well-formed row with spacing of its own still loads.
+        let spaced = try copyOf("two-socket-smt")
+        try write("  10\t21 \n", to: spaced + "/devices/system/node/node0/distance")
+        let two = try Topology.load(sysfsRoot: spaced, cpus: "0-31")
+        XCTAssertEqual(two.nodes.count, 2, two.fallbackReason ?? "")
+        XCTAssertEqual(two.distances[0], [10, 21])
     }
 
     func testOutOfRangeDistancesFallBackAndSaySo() throws {
