@@ -55,6 +55,14 @@
  * of which it touches a few pages), and one hand-off per pool creation, small beside
  * starting the workers themselves.
  *
+ * A process the system gives no worker thread (a thread limit, RLIMIT_NPROC or a
+ * container's pids.max, already reached): the spawner is a thread that exists, so a
+ * process-wide pool of one worker takes it as that worker (SP1, becomes_the_worker),
+ * and the process's work runs, slowly, instead of nowhere. Running work on the
+ * submitting thread instead was rejected: an executor must not run a job inside its
+ * `enqueue`, a submitter may hold a lock the work takes, and an operation that adds the
+ * next one would recurse.
+ *
  * fork(): the child has no spawner (fork copies only the calling thread), and the lock
  * may have been held by a thread that does not exist there. The child handler resets
  * both, so a pool created in the child starts a new spawner. Pools created before the
@@ -66,6 +74,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -209,6 +218,61 @@ static void start_spare(const spawn_request *r) {
     if (rc) spindle_spare_start_failed(r->pool, r->spare);
 }
 
+static int start_spawner_locked(void);
+
+/* Answers every queued request with `rc`, when no spawner can be started to serve
+ * them. Called with `lock` held. */
+static void fail_pending_locked(int rc) {
+    while (pending) {
+        spawn_request *r = pending;
+        pending = r->next;
+        if (r->spare) {
+            spindle_spare_start_failed(r->pool, r->spare);
+            free(r);
+            continue;
+        }
+        r->started = 0;
+        r->rc = rc;
+        r->done = true;
+    }
+    pthread_cond_broadcast(&answered);
+}
+
+/* SP1, the last worker. A process-wide pool of one worker whose thread the system refused
+ * (`rc`: a thread limit, or no memory for a stack) gets this thread, the spawner, as its
+ * worker: the process's own work then still runs, on a thread that was already there,
+ * rather than nowhere. The request is answered as if the worker had started; the next
+ * request starts a new spawner, or, while the system still refuses threads, fails
+ * (pools of the user's see the error; the other classes share this pool: QoSPools).
+ * Process-wide pools never shut down, so this thread never needs to return here.
+ * Returns false, and changes nothing, for any other request. */
+static bool becomes_the_worker(spawn_request *r, int rc) {
+    spindle_pool *pool = r->pool;
+    if (!pool->permanent || pool->nworkers != 1 || (rc != EAGAIN && rc != ENOMEM && rc != EPERM)) return false;
+    spindle_worker *w = pool->workers[0];
+    sigset_t sigmask = r->sigmask; /* r lives on its requester's stack: copied first */
+    if (r->affinity) pthread_setaffinity_np(pthread_self(), r->affinity_size, r->affinity);
+    w->thread = pthread_self();
+    pthread_mutex_lock(&lock);
+    r->started = 1;
+    r->rc = 0;
+    r->done = true;
+    pthread_cond_broadcast(&answered);
+    running = false;
+    if (pending) {
+        int again = start_spawner_locked();
+        if (again) fail_pending_locked(again);
+    }
+    pthread_mutex_unlock(&lock);
+    spindle_log(SPINDLE_LOG_WARNING,
+                "the system refused every worker thread (%s): a process-wide pool runs on Spindle's spawner "
+                "thread, its only worker",
+                strerror(rc));
+    pthread_sigmask(SIG_SETMASK, &sigmask, NULL);
+    spindle_worker_main(w);
+    return true;
+}
+
 static void *spawner_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "spindle-spawn");
@@ -228,6 +292,7 @@ static void *spawner_main(void *arg) {
         }
         uint32_t started = 0;
         int rc = r->service ? spindle_start_service_thread(r->service) : start_workers(r, &started);
+        if (rc && !r->service && becomes_the_worker(r, rc)) return NULL;
         pthread_mutex_lock(&lock);
         r->started = started;
         r->rc = rc;

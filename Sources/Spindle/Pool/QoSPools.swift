@@ -286,7 +286,10 @@ enum QoSPools {
                 report("the \(qos) class has no threads of its own (the system refused them); its work runs on another class's workers")
                 made = any
             } else {
-                fatalError("Spindle could not start any worker thread for its process-wide pools (\(qos)): the system refuses new threads")
+                // Not even the spawner could start (spawn.c, SP1): the process cannot make a
+                // single thread, so no work given to these pools could ever run.
+                fatalError("Spindle could not start a single thread for its process-wide pools (\(qos)): the system refuses "
+                           + "every new thread; raise the process's thread limit (RLIMIT_NPROC, or the container's pids.max)")
             }
             if isDefault {
                 sharedObject.store(UInt(bitPattern: Unmanaged.passUnretained(made).toOpaque()), ordering: .releasing)

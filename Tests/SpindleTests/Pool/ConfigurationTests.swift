@@ -206,12 +206,66 @@ final class ThreadLimitTests: XCTestCase {
         XCTAssertTrue(eventually { ran.value == 100 })
     }
 
-    func testNoThreadAtAllIsReportedNotTrapped() {
-        var config = ThreadPool.Configuration(workers: 2)
-        config.name = "spindle-lim0"
-        spindle_test_limit_threads(0)
-        XCTAssertNil(QoSPools.makeProcessWide(config, label: "test"))
+    /// A process the system gives no worker thread at all still runs its work: the
+    /// spawner, a thread Spindle already has, becomes a process-wide pool's only worker
+    /// (spawn.c, SP1), and the classes that get no thread share it. Run in a child
+    /// process, whose process-wide pools are made under the limit.
+    func testAProcessGivenNoWorkerThreadStillRunsEveryKindOfWork() throws {
+        if let probe = ProcessInfo.processInfo.environment["SPINDLE_STARVED_PROBE"] {
+            // Every worker thread refused from now on: by the engine's test knob, or, as
+            // an unprivileged user, by the process's RLIMIT_NPROC (the caller's prlimit).
+            if probe == "knob" { spindle_test_limit_threads(0) }
+            try runEveryKindOfWork()
+            print("STARVED OK shared workers=\(ThreadPool.shared.workerCount)")
+            return
+        }
+        let (status, text) = try runChild(
+            CommandLine.arguments[0],
+            ["SpindleTests.ThreadLimitTests/testAProcessGivenNoWorkerThreadStillRunsEveryKindOfWork"],
+            environment: ["SPINDLE_STARVED_PROBE": "knob", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
+        XCTAssertEqual(status, 0, text)
+        XCTAssertTrue(text.contains("STARVED OK shared workers=1"), text)
+        XCTAssertTrue(text.contains("a process-wide pool runs on Spindle's spawner thread"), text)
     }
+
+    /// Operations of every class with dependencies between them, direct submissions,
+    /// fork-join, a parallel loop, async offload, a task on the pool and an actor on a
+    /// class's executor: each must finish.
+    private func runEveryKindOfWork() throws {
+        let queue = OperationQueue()
+        let ran = Counter()
+        var previous: Operation?
+        for qos in [QualityOfService.background, .utility, .default, .userInitiated, .userInteractive] {
+            let op = BlockOperation { ran.increment() }
+            op.qualityOfService = qos
+            if let previous { op.addDependency(previous) }
+            previous = op
+            queue.addOperation(op)
+        }
+        queue.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(ran.value, 5)
+        let pool = ThreadPool.shared
+        let (a, b) = pool.run { pool.join({ 20 }, { 22 }) }
+        XCTAssertEqual(a + b, 42)
+        let done = DispatchSemaphore(value: 0)
+        try pool.submit { done.signal() }
+        XCTAssertEqual(done.wait(timeout: .now() + 20), .success, "a submitted closure did not run")
+        let sum = Atomic<Int>(0)
+        pool.concurrentPerform(iterations: 100) { sum.add($0, ordering: .relaxed) }
+        XCTAssertEqual(sum.load(ordering: .relaxed), 4950)
+        let asyncDone = DispatchSemaphore(value: 0)
+        let results = Mutex<[Int]>([])
+        Task {
+            let offloaded = try await ThreadPool.forQualityOfService(.utility).run { 7 }
+            let onPool = await Task(executorPreference: pool) { 8 }.value
+            let counted = await StarvedCounter().add(9)
+            results.locked { $0 = [offloaded, onPool, counted] }
+            asyncDone.signal()
+        }
+        XCTAssertEqual(asyncDone.wait(timeout: .now() + 20), .success, "async work did not finish")
+        XCTAssertEqual(results.locked { $0 }, [7, 8, 9])
+    }
+
 }
 
 /// Spindle's own threads leave open what a crash's backtrace needs.
@@ -235,5 +289,16 @@ final class SignalMaskTests: XCTestCase {
             }
             XCTAssertNotEqual(mask & (1 << UInt64(SIGTERM - 1)), 0, "\(thread.name) should block SIGTERM")
         }
+    }
+}
+
+/// An actor on the background class's executor, for ThreadLimitTests.
+private actor StarvedCounter {
+    static let executor = ActorExecutor(qualityOfService: .background)
+    nonisolated var unownedExecutor: UnownedSerialExecutor { Self.executor.asUnownedSerialExecutor() }
+    private var total = 0
+    func add(_ n: Int) -> Int {
+        total += n
+        return total
     }
 }
