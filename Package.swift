@@ -46,9 +46,11 @@ let package = Package(
         // so building needs nothing beyond the toolchain. No unsafe flags, so the package
         // stays usable as a dependency: `scripts/check-c.sh` compiles the same sources
         // with -Wall -Wextra -Werror.
+        // Debug builds also define SPINDLE_TESTING: the engine's test seams (seams.c),
+        // which release builds compile away.
         .target(
             name: "CSpindle",
-            cSettings: [.define("_GNU_SOURCE")],
+            cSettings: [.define("_GNU_SOURCE"), .define("SPINDLE_TESTING", .when(configuration: .debug))],
             linkerSettings: [.linkedLibrary("pthread"), .linkedLibrary("dl")]
         ),
         .target(
@@ -67,10 +69,19 @@ let package = Package(
                          condition: .when(traits: ["ServiceLifecycle"])),
             ]
         ),
+        // The tests' access to the engine's internals and seams (spindle_testing.h). Part
+        // of no product, so a dependent never builds it.
+        .target(
+            name: "CSpindleTesting",
+            dependencies: ["CSpindle"],
+            path: "Tests/CSpindleTesting",
+            cSettings: [.define("_GNU_SOURCE"), .define("SPINDLE_TESTING", .when(configuration: .debug)),
+                        .headerSearchPath("../../Sources/CSpindle")]
+        ),
         .testTarget(
             name: "SpindleTests",
             dependencies: [
-                "Spindle", "CSpindle", "SpindleServiceLifecycle",
+                "Spindle", "CSpindle", "CSpindleTesting", "SpindleServiceLifecycle",
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle",
                          condition: .when(traits: ["ServiceLifecycle"])),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),

@@ -28,11 +28,14 @@ let package = Package(
         .executableTarget(name: "app", dependencies: [.product(name: "Spindle", package: "spindle")]),
         // Code that must not compile: the blocking forms from async code (noasync).
         .executableTarget(name: "misuse", dependencies: [.product(name: "Spindle", package: "spindle")]),
+        // Nor the engine's test seams, which the C API does not export.
+        .executableTarget(name: "seams", dependencies: [.product(name: "CSpindle", package: "spindle")]),
     ],
     swiftLanguageModes: [.v6]
 )
 SWIFT
-mkdir -p "$work/app/Sources/misuse"
+mkdir -p "$work/app/Sources/misuse" "$work/app/Sources/seams"
+printf 'import CSpindle\nspindle_test_limit_threads(0)\n' > "$work/app/Sources/seams/main.swift"
 cat > "$work/app/Sources/misuse/main.swift" <<'SWIFT'
 import Spindle
 
@@ -88,4 +91,9 @@ for line in 4 7; do
   echo "$misuse" | grep -q "misuse/main.swift:$line:.*expression is 'async' but is not marked with 'await'" || {
     echo "$misuse"; echo "check-dependent: line $line did not resolve to the async overload" >&2; exit 1; }
 done
-echo "check-dependent: a package depending on Spindle builds and runs; blocking calls from async code do not compile"
+if seams=$(cd "$work/app" && swift build --target seams 2>&1); then
+  echo "check-dependent: a dependent can call the engine's test seams" >&2; exit 1
+fi
+echo "$seams" | grep -q "cannot find 'spindle_test_limit_threads' in scope" || {
+  echo "$seams"; echo "check-dependent: the seams target failed for another reason" >&2; exit 1; }
+echo "check-dependent: a package depending on Spindle builds and runs; blocking calls from async code and the test seams do not compile"

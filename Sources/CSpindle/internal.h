@@ -25,7 +25,8 @@
  *   mutex.c        the futex mutex and the latch (spindle_sync.h)
  *   stats.c        counter snapshots and reports
  *   tsan.c         ThreadSanitizer annotations for locks TSan cannot see
- *   testing.c      test-only access to the engine (spindle_testing.h)
+ *   seams.c        test seams, in debug builds only (the tests' access to the engine
+ *                  is Tests/CSpindleTesting: spindle_testing.h, testing.c)
  *
  * Below, each file's shared declarations are under its own heading.
  */
@@ -386,13 +387,37 @@ __attribute__((always_inline)) static inline bool spindle_worker_past_floor(cons
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
 
-/* Tests only (testing.c): while not 0, threads that start count as deep (W4) once this
- * many bytes of their stack are used (SIZE_MAX: from the start, so that tests can run
- * join waits that never steal), and record their deepest join wait. */
+/* ---- seams.c: test seams, in debug builds only (SPINDLE_TESTING) -------------------- */
+#ifdef SPINDLE_TESTING
+/* While not 0, threads that start count as deep (W4) once this many bytes of their
+ * stack are used (SIZE_MAX: from the start, so that tests can run join waits that never
+ * steal), and record their deepest join wait. */
 extern _Atomic size_t spindle_test_join_floor;
-/* Tests only: a join setter's pause before it wakes a parked waiter (L2), in ns. */
+extern _Atomic size_t spindle_test_deepest_join;
+/* A join setter's pause before it wakes a parked waiter (L2), in ns. */
 extern _Atomic uint64_t spindle_test_latch_wake_delay;
 void spindle_test_record_join_wait(size_t used);
+void spindle_test_limit_threads(int32_t limit);
+/* Relaxed, both: a test sets them before the threads or joins they concern. */
+static inline size_t spindle_seam_join_floor(void) {
+    return atomic_load_explicit(&spindle_test_join_floor, memory_order_relaxed);
+}
+static inline uint64_t spindle_seam_latch_wake_delay(void) {
+    return atomic_load_explicit(&spindle_test_latch_wake_delay, memory_order_relaxed);
+}
+#else
+static inline size_t spindle_seam_join_floor(void) { return 0; }
+static inline uint64_t spindle_seam_latch_wake_delay(void) { return 0; }
+static inline void spindle_test_record_join_wait(size_t used) { (void)used; }
+static inline bool spindle_test_thread_allowed(uint32_t started) {
+    (void)started;
+    return true;
+}
+#endif
+
+/* Accessors for the tests' view of a pool (declared for them in spindle_testing.h). */
+uint32_t spindle_pool_steal_tiers(const spindle_pool *pool, uint32_t w);
+int32_t spindle_pool_worker_node(const spindle_pool *pool, uint32_t w);
 
 /* ---- join.c ------------------------------------------------------------------------ */
 /* Worker `w` waits for `*latch` without running anything, counted out meanwhile

@@ -60,8 +60,8 @@ static void latch_set(_Atomic uint32_t *latch, spindle_worker *waiter) {
     if (atomic_exchange_explicit(latch, SPINDLE_LATCH_SET, memory_order_acq_rel) ==
         SPINDLE_LATCH_SLEEPING) {
         if (waiter) {
-            /* Tests only. Relaxed: see testing.c. */
-            uint64_t delay = atomic_load_explicit(&spindle_test_latch_wake_delay, memory_order_relaxed);
+            /* A test seam (seams.c): 0, and compiled away, outside debug builds. */
+            uint64_t delay = spindle_seam_latch_wake_delay();
             if (delay) {
                 struct timespec ts = {(time_t)(delay / 1000000000u), (long)(delay % 1000000000u)};
                 nanosleep(&ts, NULL);

@@ -131,8 +131,14 @@ static bool heap_key_ok; /* written once, in heap_setup, under heap_once */
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 static node_heap *abandoned; /* under abandoned_lock */
 
-/* Test counters (spindle_test_task_cache): relaxed, on the malloc and free paths only. */
+#ifdef SPINDLE_TESTING
+/* Test counters (spindle_test_task_cache): relaxed, on the malloc and free paths only,
+ * and only in debug builds (seams.c). */
 static _Atomic uint64_t blocks_malloced, blocks_freed;
+#define COUNT_BLOCK(counter) atomic_fetch_add_explicit(&(counter), 1, memory_order_relaxed)
+#else
+#define COUNT_BLOCK(counter) ((void)0)
+#endif
 
 static void heap_exit(void *arg);
 
@@ -197,7 +203,7 @@ static inline node_heap *heap_for_thread(void) {
 /* Gives a cached-size block back to malloc (unpoisoned: it may have been cached). */
 static void free_block(node_header *b) {
     UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
-    atomic_fetch_add_explicit(&blocks_freed, 1, memory_order_relaxed);
+    COUNT_BLOCK(blocks_freed);
     free(b);
 }
 
@@ -286,7 +292,7 @@ void *spindle_task_alloc(size_t bytes) {
     } else if (!(b = take_remote(h))) {
         b = malloc(BLOCK_BYTES);
         if (!b) return NULL;
-        atomic_fetch_add_explicit(&blocks_malloced, 1, memory_order_relaxed);
+        COUNT_BLOCK(blocks_malloced);
     }
     /* The caller's bytes only: the rest of the block stays poisoned under ASan. */
     POISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
@@ -355,9 +361,11 @@ static void heap_exit(void *arg) {
     give_back(h);
 }
 
+#ifdef SPINDLE_TESTING
 void spindle_test_task_cache(uint32_t *local, uint64_t *malloced, uint64_t *freed) {
     node_heap *h = tls_heap;
     if (local) *local = h ? h->nlocal : 0;
     if (malloced) *malloced = atomic_load_explicit(&blocks_malloced, memory_order_relaxed);
     if (freed) *freed = atomic_load_explicit(&blocks_freed, memory_order_relaxed);
 }
+#endif

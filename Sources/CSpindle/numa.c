@@ -133,6 +133,7 @@ void spindle_numa_free(void *mem, size_t bytes) {
     release(mem, bytes);
 }
 
+#ifdef SPINDLE_TESTING
 int spindle_test_numa_reload(const char *soname) {
     load();
     pthread_mutex_lock(&numa.lock);
@@ -141,3 +142,4 @@ int spindle_test_numa_reload(const char *soname) {
     pthread_mutex_unlock(&numa.lock);
     return usable;
 }
+#endif

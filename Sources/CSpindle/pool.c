@@ -103,7 +103,6 @@
  *      task it runs, and sleeping workers have nothing to cancel.
  */
 #include "internal.h"
-#include "spindle_testing.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -94,21 +94,6 @@ typedef struct spawn_request {
     struct spawn_request *next;
 } spawn_request;
 
-/* A test's limit on the workers one pool creation may start (spindle_test_limit_threads):
- * -1, none; otherwise starting more fails with EAGAIN, as under a thread limit
- * (RLIMIT_NPROC, a container's pids.max). */
-static _Atomic int32_t thread_limit = -1;
-
-bool spindle_test_thread_allowed(uint32_t started) {
-    /* Relaxed: a test knob, set before the pools it concerns are made. */
-    int32_t limit = atomic_load_explicit(&thread_limit, memory_order_relaxed);
-    return limit < 0 || started < (uint32_t)limit;
-}
-
-void spindle_test_limit_threads(int32_t limit) {
-    atomic_store_explicit(&thread_limit, limit, memory_order_relaxed);
-}
-
 /* All state below is guarded by `lock`; none of it is on a hot path. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;     /* a request is queued */

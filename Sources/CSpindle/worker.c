@@ -442,8 +442,9 @@ out:
 static void set_steal_floor(spindle_worker *w) {
     w->steal_floor = 0;
     w->stack_high = 0;
-    /* Relaxed: written before this thread was created (see testing.c). */
-    size_t test = atomic_load_explicit(&spindle_test_join_floor, memory_order_relaxed);
+    /* A test seam (seams.c), written before this thread was created; 0 outside debug
+     * builds. */
+    size_t test = spindle_seam_join_floor();
     if (test == SIZE_MAX) {
         w->steal_floor = UINTPTR_MAX;
         return;

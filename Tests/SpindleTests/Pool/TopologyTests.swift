@@ -1,4 +1,5 @@
 import CSpindle
+import CSpindleTesting
 import Foundation
 import Synchronization
 import XCTest

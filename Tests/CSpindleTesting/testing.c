@@ -1,9 +1,16 @@
 /*
  * testing.c — thin wrappers that let tests drive a deque and its overflow injector
- * directly (spindle_testing.h), and harnesses for what Swift cannot do safely (fork).
- * They add no logic to the engine.
+ * directly (spindle_testing.h), the setters of the engine's test seams (seams.c), and
+ * harnesses for what Swift cannot do safely (fork). They add no logic to the engine.
+ *
+ * A target of the tests only (CSpindleTesting in Package.swift): no product ships it,
+ * and the engine defines its seams only in debug builds (SPINDLE_TESTING).
  */
 #include "internal.h"
+
+/* Only debug builds have the seams; a release build of the package (`swift build -c
+ * release`) builds this target empty, and the tests, which need it, run in debug. */
+#ifdef SPINDLE_TESTING
 #include "spindle_testing.h"
 #include "topology_internal.h"
 
@@ -214,7 +221,6 @@ size_t spindle_test_pool_placement_bytes(const spindle_pool *pool) {
     return bytes;
 }
 
-_Atomic uint64_t spindle_test_latch_wake_delay;
 
 void spindle_test_set_latch_wake_delay_ns(uint64_t ns) {
     /* Relaxed: a test sets it before the joins it affects and clears it after. */
@@ -253,8 +259,6 @@ uint32_t spindle_test_pool_spreads(spindle_pool *pool) {
     return atomic_load_explicit(&pool->spreads, memory_order_relaxed);
 }
 
-_Atomic size_t spindle_test_join_floor;
-_Atomic size_t spindle_test_deepest_join;
 
 void spindle_test_set_deep_join_waits(bool deep) {
     /* Relaxed: read by threads that start after this returns (pthread_create orders it). */
@@ -273,10 +277,9 @@ size_t spindle_test_deepest_join_wait(void) {
     return atomic_load_explicit(&spindle_test_deepest_join, memory_order_relaxed);
 }
 
-void spindle_test_record_join_wait(size_t used) {
-    /* Relaxed: a statistic (see above); a CAS loop keeps the maximum. */
-    size_t seen = atomic_load_explicit(&spindle_test_deepest_join, memory_order_relaxed);
-    while (used > seen && !atomic_compare_exchange_weak_explicit(&spindle_test_deepest_join, &seen, used,
-                                                                 memory_order_relaxed, memory_order_relaxed)) {
-    }
-}
+#else
+
+/* ISO C wants a translation unit to declare something. */
+typedef int spindle_testing_needs_a_debug_build;
+
+#endif
