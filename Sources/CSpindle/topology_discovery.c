@@ -83,40 +83,53 @@ static _Thread_local char load_error[256];
 
 const char *spindle_topology_load_error(void) { return load_error[0] ? load_error : NULL; }
 
+/* A non-negative integer file (a package or core id); -1, and *out untouched, when it
+ * is missing or is not one number below 2^31: the CPU then counts as unknown there. */
 static int read_int(const char *root, const char *path, int32_t *out) {
     char *t = read_text(root, path);
     if (!t) return -1;
     char *end;
+    errno = 0;
     long v = strtol(t, &end, 10);
-    int ok = end != t;
+    while (*end == ' ' || *end == '\n' || *end == '\t') end++;
+    int ok = end != t && *end == 0 && errno == 0 && v >= 0 && v <= INT32_MAX && t[0] >= '0' && t[0] <= '9';
     free(t);
     if (!ok) return -1;
     *out = (int32_t)v;
     return 0;
 }
 
-/* Parses "0-3,8,10-11" into `set` (SPINDLE_MAX_CPUS bits). Returns -1 on malformed
- * input. */
+/* One decimal CPU number at *p, below SPINDLE_MAX_CPUS, into *out; advances *p. Digits
+ * only: no sign, no blank before it (what strtol would let through). */
+static bool parse_cpu(const char **p, long *out) {
+    if (**p < '0' || **p > '9') return false;
+    long v = 0;
+    while (**p >= '0' && **p <= '9') {
+        v = v * 10 + (*(*p)++ - '0');
+        if (v >= SPINDLE_MAX_CPUS) return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Parses a kernel CPU list, "0-3,8,10-11", into `set` (SPINDLE_MAX_CPUS bytes): items
+ * of a number or an ascending range, separated by commas, blanks or newlines. Returns -1
+ * on anything else (the set may then be partly written). */
 static int parse_list(const char *s, uint8_t *set) {
     const char *p = s;
-    while (*p) {
+    for (;;) {
         while (*p == ' ' || *p == '\n' || *p == '\t' || *p == ',') p++;
-        if (!*p) break;
-        char *end;
-        long a = strtol(p, &end, 10);
-        if (end == p || a < 0 || a >= SPINDLE_MAX_CPUS) return -1;
-        long b = a;
-        p = end;
+        if (!*p) return 0;
+        long a, b;
+        if (!parse_cpu(&p, &a)) return -1;
+        b = a;
         if (*p == '-') {
             p++;
-            b = strtol(p, &end, 10);
-            if (end == p || b < a || b >= SPINDLE_MAX_CPUS) return -1;
-            p = end;
+            if (!parse_cpu(&p, &b) || b < a) return -1;
         }
         for (long i = a; i <= b; i++) set[i] = 1;
-        if (*p && *p != ',' && *p != '\n' && *p != ' ') return -1;
+        if (*p && *p != ',' && *p != '\n' && *p != ' ' && *p != '\t') return -1;
     }
-    return 0;
 }
 
 /* Smallest member and the rank of `cpu` in the list at path; -1 when unreadable. */
@@ -167,6 +180,7 @@ static int set_single_node(spindle_topology *t, const char *why) {
     for (uint32_t i = 0; i < t->nnodes; i++) free(t->nodes[i].cpus);
     free(t->nodes);
     free(t->distance);
+    t->nnodes = 0; /* so that spindle_topology_free stays right if what follows fails */
     t->nodes = calloc(1, sizeof(node_info));
     t->distance = malloc(sizeof(int32_t));
     if (!t->nodes || !t->distance) return ENOMEM;
@@ -368,7 +382,12 @@ static const char *read_node(const char *root, int32_t id, spindle_topology *t, 
     }
     for (uint32_t k = 0; k < t->ncpus; k++) {
         if (!tmp[t->cpus[k].id]) continue;
-        if (t->cpus[k].node >= 0) return "a CPU is listed in two nodes";
+        if (t->cpus[k].node >= 0) { /* not counted in t->nnodes: freed here */
+            free(ni->cpus);
+            ni->cpus = NULL;
+            ni->ncpus = 0;
+            return "a CPU is listed in two nodes";
+        }
         t->cpus[k].node = id;
         ni->cpus[ni->ncpus++] = t->cpus[k].id;
     }

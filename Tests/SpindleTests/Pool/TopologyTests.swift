@@ -96,6 +96,14 @@ final class TopologyTests: XCTestCase {
     func testBadCPUListsAreErrors() {
         XCTAssertThrowsError(try Topology.load(sysfsRoot: fixture("epyc-4ccx"), cpus: "0-x"))
         XCTAssertThrowsError(try Topology.load(sysfsRoot: fixture("epyc-4ccx"), cpus: "100-200"), "no usable CPU")
+        // Digits only: no sign and no blank inside an item, as the kernel writes them.
+        for bad in ["+1", "1- 3", "1-+3", "0x1", "1 -3", "3-1"] {
+            XCTAssertThrowsError(try Topology.load(sysfsRoot: fixture("epyc-4ccx"), cpus: bad), "'\(bad)'") { error in
+                guard case Topology.Error.invalidCPUList = error else { return XCTFail("'\(bad)': \(error)") }
+            }
+        }
+        XCTAssertEqual(try Topology.load(sysfsRoot: fixture("epyc-4ccx"), cpus: " 1,\t2").nodes
+                        .flatMap(\.cpus), [1, 2])
     }
 
     func testThisMachineHasAUsablePlan() throws {
