@@ -44,6 +44,16 @@ let package = Package(
             ],
             path: "bench"
         ),
+        // scripts/soak.sh: everything at once for a while; nothing lost, run twice or
+        // leaked.
+        .executableTarget(
+            name: "soak",
+            dependencies: [
+                .product(name: "Spindle", package: spindleDirectory.lastPathComponent),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "soak"
+        ),
     ],
     swiftLanguageModes: [.v6],
     cLanguageStandard: .c11
