@@ -23,13 +23,13 @@ struct Soak: ParsableCommand {
         let start = Date()
         let warmUp = min(max(10, minutes * 60 * 0.1), 120)
         let rounds = Atomic<Int>(0), items = Atomic<Int>(0)
-        let failures = Mutex<[String]>([])
-        let samples = Mutex<[Sample]>([])
+        let failures = Locked<[String]>([])
+        let samples = Locked<[Sample]>([])
         let running = Atomic<Bool>(true)
         let sampler = Thread {
             while running.load(ordering: .relaxed) {
                 let s = Sample.now(at: Date().timeIntervalSince(start), items: items.load(ordering: .relaxed))
-                samples.withLock { $0.append(s) }
+                samples.locked { $0.append(s) }
                 Thread.sleep(forTimeInterval: 1)
             }
         }
@@ -47,11 +47,11 @@ struct Soak: ParsableCommand {
                     do {
                         try workload.run(round)
                     } catch {
-                        failures.withLock { $0.append("round seed \(roundSeed): \(error)") }
+                        failures.locked { $0.append("round seed \(roundSeed): \(error)") }
                     }
                     let (lost, twice) = round.verdict()
                     if !lost.isEmpty || !twice.isEmpty {
-                        failures.withLock {
+                        failures.locked {
                             $0.append("round seed \(roundSeed): \(lost.count) items lost \(lost.prefix(5)), \(twice.count) run twice \(twice.prefix(5))")
                         }
                     }
@@ -65,7 +65,7 @@ struct Soak: ParsableCommand {
         group.wait()
         running.store(false, ordering: .relaxed)
         Thread.sleep(forTimeInterval: 1.1)
-        let all = samples.withLock { $0 }
+        let all = samples.locked { $0 }
         let measured = all.filter { $0.seconds >= warmUp }
         if let output {
             let csv = "seconds,rss_kb,threads,fds,items\n" + all.map {
@@ -73,7 +73,7 @@ struct Soak: ParsableCommand {
             }.joined(separator: "\n") + "\n"
             try csv.write(toFile: output, atomically: true, encoding: .utf8)
         }
-        var problems = failures.withLock { $0 }
+        var problems = failures.locked { $0 }
         var summary = "soak: \(String(format: "%.1f", minutes)) min, \(rounds.load(ordering: .relaxed)) rounds, \(items.load(ordering: .relaxed)) items"
         if measured.count >= 3 {
             let v = Verdict(measured, rssLimitMB: rssLimit)
