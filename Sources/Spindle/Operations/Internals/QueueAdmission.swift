@@ -25,6 +25,9 @@ import Synchronization
 //      does not take a place ahead of them. A cancelled waiter leaves the line (the
 //      check and the registration are under the lock its cancellation handler takes).
 // QA4. Raising or removing the limit admits the waiters it makes room for.
+//
+// Model: Tests/Models/queue_admission.pml checks QA1-QA3 over every interleaving of
+// three submitters, a Foundation addOperation and a cancellation (scripts/model-check.sh).
 
 /// An OperationQueue's admission limit and the tasks waiting for room (QA1-QA4).
 final class QueueAdmission: Sendable {
