@@ -39,6 +39,9 @@ import Synchronization
 //      while the head has waited longer than the limit; the first waiter is admitted
 //      at the first give-back that finds it otherwise (AD2), and the queue holds a
 //      ticket whose give-back will come whenever a waiter is left in line.
+//
+// Model: Tests/Models/pool_admission.pml checks AD1-AD4 over every interleaving of
+// three submitters, a cancellation and a shutdown or none (scripts/model-check.sh).
 
 /// A pool's admission limits and the submitters waiting for room (AD1-AD5).
 final class Admission: Sendable {
