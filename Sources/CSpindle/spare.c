@@ -77,6 +77,9 @@
  *       shutdown waits for.
  *   C3  A shutting-down pool is not quiescent while any worker is counted out (park.c,
  *       quiescent_locked), and claims no spare once it has terminated.
+ *
+ * Model: Tests/Models/counted_out.pml checks C1 over every interleaving of a worker
+ * (explicit sections, unannounced blocking, parking) and the monitor.
  */
 #include "internal.h"
 
@@ -111,9 +114,15 @@ static void count_out(spindle_pool *pool, spindle_worker *w) {
     if (spindle_pool_has_pending_work(pool)) spindle_wake_one(pool, false);
 }
 
-static void count_in(spindle_pool *pool) {
+/* Worker `w` (the caller) leaves its outermost blocking section and counts itself in.
+ * Its depth goes back to 0 under the lock, with the count: stored before the lock, a
+ * monitor between the two would find a worker with no depth and no flag, still counted
+ * out by itself, and count it out a second time (Tests/Models/counted_out.pml). */
+static void count_in(spindle_pool *pool, spindle_worker *w) {
     spindle_idle *idle = &pool->idle;
     pthread_mutex_lock(&idle->lock);
+    /* Relaxed: the monitor reads it under this lock. */
+    atomic_store_explicit(&w->blocking_depth, 0, memory_order_relaxed);
     atomic_fetch_add_explicit(&idle->state, SPINDLE_UNPARKED_ONE, memory_order_seq_cst);
     pool->blocked--;
     pthread_mutex_unlock(&idle->lock);
@@ -173,8 +182,11 @@ void spindle_blocking_end(void) {
     spindle_worker *w = spindle_tls_worker;
     if (!w) return;
     uint32_t depth = atomic_load_explicit(&w->blocking_depth, memory_order_relaxed);
+    if (depth == 1) {
+        count_in(w->pool, w); /* stores 0 under the lock */
+        return;
+    }
     atomic_store_explicit(&w->blocking_depth, depth - 1, memory_order_relaxed);
-    if (depth == 1) count_in(w->pool);
 }
 
 /* ---- spares (C2) -------------------------------------------------------------------- */
