@@ -32,6 +32,9 @@ import Synchronization
 // - `hasWaiters` is set by a waiter before it registers, and read after F6's store. A
 //   waiter either sees `finishCompleted` and does not wait, or is seen and released
 //   under the lock (Waiter.swift).
+//
+// Model: Tests/Models/finish_protocol.pml checks F1, both pairs, F2-F3 and F6 over every
+// interleaving of two finish paths, a dependent registering and a waiter.
 
 extension Operation {
     /// Runs once, when the operation has finished by whatever path: releases
