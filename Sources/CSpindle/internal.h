@@ -188,7 +188,7 @@ typedef struct spindle_idle {
     uint32_t nworkers;
 } spindle_idle;
 
-/* A steal tier (topology_plan.c, P3): the positions [lo, hi) of a pool's steal order
+/* A steal tier (topology_plan.c, PL3): the positions [lo, hi) of a pool's steal order
  * less [skip_lo, skip_hi), the inner tier searched before it (or the worker itself).
  * lo <= skip_lo <= skip_hi <= hi. Tiers are ranges rather than lists so that a pool's
  * steal orders take memory linear in its workers: every worker of a node shares one
@@ -274,7 +274,7 @@ struct spindle_worker {
     const int32_t *pin;    /* CPUs its thread is restricted to (npin 0: unpinned),
                               in the pool's plan                                   */
     uint32_t npin;
-    /* Where it steals (topology_plan.c, P3): positions in the pool's `ordered`. */
+    /* Where it steals (topology_plan.c, PL3): positions in the pool's `ordered`. */
     spindle_tier local[3]; /* tiers within its node, nearest first                 */
     uint32_t nlocal;
     const spindle_tier *remote; /* other nodes, nearest first, in the pool's plan:
@@ -292,7 +292,7 @@ struct spindle_pool {
      * array has room for nworkers + max_spares. */
     spindle_worker **workers;
     uint32_t nworkers;
-    /* The regular workers in steal order (topology_plan.c, P3): what the tiers index.
+    /* The regular workers in steal order (topology_plan.c, PL3): what the tiers index.
      * `workers` itself when the pool has no plan. Read-only after creation. */
     spindle_worker **ordered;
     /* The placement the pool was made from, kept for the workers' shared tiers and pin
@@ -580,7 +580,7 @@ extern _Thread_local bool spindle_tls_planning_for_process;
 bool spindle_topology_node_has_memory(const spindle_topology *t, uint32_t node_index);
 /* A copy of `plan` for a pool to keep, or NULL (ENOMEM). */
 spindle_plan *spindle_plan_clone(const spindle_plan *plan);
-/* The plan's steal order: worker indices by position (P3). */
+/* The plan's steal order: worker indices by position (topology_plan.c, PL3). */
 const uint32_t *spindle_plan_order(const spindle_plan *plan);
 /* Worker `w`'s tiers within its node, at most 3, into `out`; returns how many. */
 uint32_t spindle_plan_local_tiers(const spindle_plan *plan, uint32_t w, spindle_tier out[3]);

@@ -22,9 +22,9 @@
  * online without memory); reimplementing that is not where Spindle should differ.
  *
  * Invariants
- *   N1  The library is looked up once per process (pthread_once), unless a test asks
+ *   NU1  The library is looked up once per process (pthread_once), unless a test asks
  *       for another name (spindle_test_numa_reload), and never unloaded.
- *   N2  A pool decides once, when it is created, whether its memory comes from libnuma
+ *   NU2  A pool decides once, when it is created, whether its memory comes from libnuma
  *       (spindle_numa_multinode); everything it allocates through libnuma it frees
  *       through libnuma. The function pointers, once set, are never cleared, so a test
  *       that looks up a missing name later cannot strand such memory.
@@ -41,7 +41,7 @@ static struct {
     pthread_mutex_t lock;
     pthread_once_t once;
     /* The functions, from the last successful lookup; never cleared, so memory a pool
-     * took from libnuma can always be given back to it (N2). */
+     * took from libnuma can always be given back to it (NU2). */
     int (*available)(void);
     int (*max_node)(void);
     void *(*alloc)(size_t);
@@ -129,7 +129,7 @@ void spindle_numa_free(void *mem, size_t bytes) {
     void (*release)(void *, size_t) = numa.free;
     pthread_mutex_unlock(&numa.lock);
     /* Non-NULL: this memory came from spindle_numa_alloc, which needed the functions,
-     * and they are never cleared (N2). */
+     * and they are never cleared (NU2). */
     release(mem, bytes);
 }
 

@@ -403,7 +403,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     if (cfg.alloc_on_node) {
         pool->alloc_on_node = cfg.alloc_on_node;
         pool->free_on_node = cfg.free_on_node;
-    } else if (spindle_numa_multinode()) { /* decided once per pool (numa.c, N2) */
+    } else if (spindle_numa_multinode()) { /* decided once per pool (numa.c, NU2) */
         pool->alloc_on_node = numa_alloc_on_node;
         pool->free_on_node = numa_free_on_node;
     } else {
@@ -438,7 +438,7 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         /* Counted as it is made, so that free_pool frees exactly what was made. */
         atomic_store_explicit(&pool->nslots, i + 1, memory_order_relaxed);
     }
-    /* The steal order (topology_plan.c, P3): the plan's, or the workers by index. */
+    /* The steal order (topology_plan.c, PL3): the plan's, or the workers by index. */
     if (!plan) {
         pool->ordered = pool->workers;
     } else if ((pool->ordered = malloc(sizeof(spindle_worker *) * n))) {

@@ -31,7 +31,7 @@ typedef struct plan_worker {
     int32_t node;     /* node id */
     uint32_t node_index;
     uint32_t group;   /* its node's place among the plan's nodes */
-    spindle_tier local[3]; /* its tiers within its node (P3), nearest first */
+    spindle_tier local[3]; /* its tiers within its node (PL3), nearest first */
     uint32_t nlocal;
     int32_t mem_node; /* node its memory comes from (nearest with memory) */
 } plan_worker;
@@ -42,7 +42,7 @@ struct spindle_plan {
     plan_worker *workers;
     uint32_t nworkers;
     spindle_pinning pinning;
-    uint32_t *order;        /* nworkers: worker indices, node by node (P3) */
+    uint32_t *order;        /* nworkers: worker indices, node by node (PL3) */
     uint32_t ngroups;       /* the plan's nodes */
     spindle_tier *remote;   /* group g's remote tiers: [remote_at[g], remote_at[g + 1]) */
     uint32_t *remote_at;    /* ngroups + 1 */

@@ -3,21 +3,21 @@
  * its memory comes from, and the order in which it looks for work to steal.
  *
  * Planning is three steps over the topology (topology_discovery.c): apportion the
- * workers among the chosen nodes (P1), place each node's workers on its CPUs (P2),
- * then give every worker its steal order (P3).
+ * workers among the chosen nodes (PL1), place each node's workers on its CPUs (PL2),
+ * then give every worker its steal order (PL3).
  *
  * Invariants
- *   P1  Workers are spread over nodes in proportion to usable CPUs (largest remainder).
- *   P2  Within a node, workers take CPUs ordered by (SMT rank, id): one thread per core
+ *   PL1  Workers are spread over nodes in proportion to usable CPUs (largest remainder).
+ *   PL2  Within a node, workers take CPUs ordered by (SMT rank, id): one thread per core
  *       before any second hardware thread.
- *   P3  A worker's steal order is the other workers, nearest first, in tiers: same SMT
+ *   PL3  A worker's steal order is the other workers, nearest first, in tiers: same SMT
  *       core, same L3, same node, then each other node by increasing distance (ties by
  *       node id). Within a tier the plan lists workers by index; the scheduler starts at
  *       a random member (worker.c). With node pinning a worker has no fixed CPU, so only
  *       node tiers exist.
  *
- * How P3 is stored. The plan keeps one ordering of all the workers (`order`), node by
- * node, and within a node sorted by (L3, SMT core, index). Every group P3 names is then
+ * How PL3 is stored. The plan keeps one ordering of all the workers (`order`), node by
+ * node, and within a node sorted by (L3, SMT core, index). Every group PL3 names is then
  * one range of it, nested in the next: the worker itself in its core's range, the core
  * in its L3's, the L3 in its node's. A tier is a range less the range inside it that an
  * earlier tier covered (spindle_tier, internal.h), so a worker carries at most three
@@ -30,11 +30,11 @@
  * thing for the steal loop to walk, and it is quadratic in the workers: at the engine's
  * limit of 4096 workers, each of them lists 4095 others. The ranges cost the steal
  * loop one comparison per victim. Also rejected: numbering the workers so that each
- * core and L3 is a range of indices. P2 numbers them to fill one thread per core
+ * core and L3 is a range of indices. PL2 numbers them to fill one thread per core
  * first, so that a pool smaller than the machine gets whole cores, and that order is
  * what a worker's index means to its users (the plan, the topology JSON).
  *
- * P3 assumes an SMT core lies within one L3 and one node, as on every machine Linux
+ * PL3 assumes an SMT core lies within one L3 and one node, as on every machine Linux
  * describes; a tree that says otherwise puts a core's threads in separate tiers.
  */
 #include "topology_internal.h"
@@ -86,7 +86,7 @@ static void choose_nodes(const spindle_topology *t, const int32_t *node_ids, uin
     }
 }
 
-/* P1: `w` workers by largest-remainder apportionment over the chosen nodes' CPUs. */
+/* PL1: `w` workers by largest-remainder apportionment over the chosen nodes' CPUs. */
 static void apportion(const spindle_topology *t, uint32_t w, plan_nodes *pn) {
     uint64_t rem[MAX_PLAN_NODES];
     uint32_t given = 0;
@@ -123,7 +123,7 @@ static int32_t memory_node(const spindle_topology *t, uint32_t ni) {
     return best >= 0 ? t->nodes[best].id : t->nodes[ni].id;
 }
 
-/* P2: each node's workers, on its CPUs ordered by (SMT rank, id). Each node's CPUs
+/* PL2: each node's workers, on its CPUs ordered by (SMT rank, id). Each node's CPUs
  * are also copied into the plan, once, for node pinning. */
 static int place_workers(const spindle_topology *t, const plan_nodes *pn, spindle_plan *p) {
     p->ngroups = pn->count;
@@ -156,7 +156,7 @@ static int place_workers(const spindle_topology *t, const plan_nodes *pn, spindl
     return 0;
 }
 
-/* A worker's place in its node's ordering (P3): its home CPU's L3 and core, or -1
+/* A worker's place in its node's ordering (PL3): its home CPU's L3 and core, or -1
  * without a home CPU, then its index. */
 typedef struct order_key {
     int32_t l3, core;
@@ -170,7 +170,7 @@ static int by_key_then_index(const void *a, const void *b, void *keys) {
     return x < y ? -1 : x > y;
 }
 
-/* P3, within each node: the node's workers sorted into the plan's order, then each
+/* PL3, within each node: the node's workers sorted into the plan's order, then each
  * worker's own tiers cut from the runs of equal L3 and core around its position. */
 static int local_tiers(const spindle_topology *t, const plan_nodes *pn, spindle_plan *p) {
     uint32_t w = p->nworkers;
@@ -216,7 +216,7 @@ static int local_tiers(const spindle_topology *t, const plan_nodes *pn, spindle_
     return 0;
 }
 
-/* P3, across nodes: for each node, the other nodes' ranges, nearest first (ties by node
+/* PL3, across nodes: for each node, the other nodes' ranges, nearest first (ties by node
  * id), skipping nodes without workers. */
 static int remote_tiers(const spindle_topology *t, const plan_nodes *pn, spindle_plan *p) {
     uint32_t g = pn->count;

@@ -13,7 +13,7 @@
  *      consumer try-lock feeds it for a while; all but the first go on its deque
  *      where others can steal them;
  *   4. as a searcher (see park.c, S1): the other workers' deques, oldest first, nearest
- *      tier first (SMT sibling, L3, node, other nodes by distance: topology_plan.c, P3)
+ *      tier first (SMT sibling, L3, node, other nodes by distance: topology_plan.c, PL3)
  *      from a random member of each tier, batch-stealing across nodes; and the
  *      injector again; for up to `spin_ns`, yielding the CPU every 16 rounds to any
  *      other runnable thread (see spindle_thread_request_slice for why) — or for one
@@ -163,7 +163,7 @@ static spindle_task *steal_in_tier(spindle_worker *w, spindle_tier tier, bool *r
     return NULL;
 }
 
-/* Steals one task, nearest victims first (topology_plan.c, P3): the worker's own tiers
+/* Steals one task, nearest victims first (topology_plan.c, PL3): the worker's own tiers
  * within its node, then its node's tiers to the others, each tier whole before the
  * next. */
 static spindle_task *steal_from_others(spindle_worker *w) {

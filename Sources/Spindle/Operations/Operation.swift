@@ -311,7 +311,7 @@ open class Operation: @unchecked Sendable {
         set {
             priorityWord.store(newValue.rawValue, ordering: .relaxed)
             // The operation, which code outside the queue holds, holds its queue
-            // (`OperationQueue.counts`, rule 3).
+            // (QueueLifetime.swift, LT3).
             if queueSync.readySignalled.load(ordering: .acquiring), inQueue {
                 withPinnedQueue { $0.operationPriorityChanged(self) }
             }

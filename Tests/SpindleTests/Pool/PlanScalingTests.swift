@@ -55,7 +55,7 @@ struct ManyCoreMachine {
     }
 }
 
-/// Planning many-core machines: the steal tiers still say what P3 (topology_plan.c)
+/// Planning many-core machines: the steal tiers still say what PL3 (topology_plan.c)
 /// says they are, and what a plan or a pool holds grows linearly with its workers.
 final class PlanScalingTests: XCTestCase {
     static let machine = ManyCoreMachine(nodes: 8, cores: 128) // 2048 CPUs
@@ -70,7 +70,7 @@ final class PlanScalingTests: XCTestCase {
         return try Topology.load(sysfsRoot: Self.root, cpus: "0-\(Self.machine.cpuCount - 1)")
     }
 
-    /// The tiers P3 defines, computed from the machine's description rather than by the
+    /// The tiers PL3 defines, computed from the machine's description rather than by the
     /// engine: same core, same L3, same node, then every other node by (distance, id),
     /// each listed by worker index, empty ones left out.
     func expectedTiers(of w: Int, in plan: PlacementPlan) -> [[Int]] {

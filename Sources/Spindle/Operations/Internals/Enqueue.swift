@@ -67,7 +67,7 @@ extension OperationQueue {
     func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
                           fresh: Bool, isBarrier: Bool) {
         // An operation the caller holds keeps the queue alive for as long as it lives
-        // (see `counts`, rule 3); one made here needs only the queue's own reference.
+        // (QueueLifetime.swift, LT3); one made here needs only the queue's own reference.
         // The count goes up under the lock, before the operation can start, so before
         // it can finish; a waiter (which checks the count under the lock) sees it.
         if !fresh {

@@ -71,7 +71,7 @@ extension OperationQueue {
             finishLocked(op, started: started, delta: nil)
             return
         }
-        // The lock-free way (`counts`, rule 1): one CAS, then not another access to the
+        // The lock-free way (LT1): one CAS, then not another access to the
         // queue, which another finisher may drain and free the moment it succeeds.
         // The flags are read before it, while the queue is certainly alive. (Out of
         // direct mode the CAS fails on `scheduledBit`: only operations added in direct
@@ -113,7 +113,7 @@ extension OperationQueue {
         let out = state.locked { s -> Outcome in
             var out = Outcome()
             // Zero, read under the lock where operations are counted in, means drained
-            // (`counts`, rule 2).
+            // (LT2).
             if let delta {
                 out.remaining = Int(counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue >> 32)
             } else {
@@ -127,7 +127,7 @@ extension OperationQueue {
                 s.unlinkAll(onto: &out.released)
                 if out.released != nil { s.releasing += 1 }
                 s.lastBarrier = nil
-                // The queue's reference to itself is ours now (`counts`, rule 2): it
+                // The queue's reference to itself is ours now (LT2): it
                 // keeps the queue alive until we drop it, last. An operation added
                 // meanwhile makes the queue take another.
                 out.dropSelf = s.selfRetained
