@@ -438,7 +438,7 @@ bool spindle_join(spindle_pool *pool, spindle_join_frame *frame);
  * and escape check cost more than the rest of a fork. Here the words are only borrowed:
  * both closures are arguments of this call, so they outlive the frame that points at
  * `offered`, and any thief finishes with them before `spindle_join` returns.
- * The Swift side declares it with `@_silgen_name` (Sources/Spindle/ThreadPool+ForkJoin.swift).
+ * The Swift side declares it with `@_silgen_name` (Sources/Spindle/Runtime/UnsafeABI.swift).
  * Compilers without `swiftcall`, such as gcc, do not get this declaration.
  */
 __attribute__((swiftcall)) void spindle_swift_fork_join(

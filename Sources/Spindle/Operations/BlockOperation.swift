@@ -20,7 +20,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     /// initialiser does not call `super.init()` gets it called implicitly only when its
     /// superclass has exactly one designated initialiser, and a subclass that declares
     /// none inherits ``init(block:)`` only when it inherits every designated one. A
-    /// designated `init(block:)` (what Spindle had) broke the first kind of subclass.
+    /// designated `init(block:)` would break the first kind of subclass.
     public override init() {
         super.init()
     }

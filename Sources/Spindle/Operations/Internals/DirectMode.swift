@@ -22,12 +22,8 @@ import Synchronization
 
 extension OperationQueue {
     /// Set in `counts` while the queue is not in direct mode (a width limit, or
-    /// suspended): a finishing operation must then take the lock to start the next.
-    /// Changed under the lock by an RMW, after which that thread reads the running
-    /// count (`takeStartable`). In the counts' word so that a finisher's CAS sees it
-    /// together with the count it decrements: either the CAS came first, and the
-    /// count read after the change includes its decrement, or the CAS fails on the
-    /// bit and the finisher takes the lock — no ready operation is stranded.
+    /// suspended): a finishing operation must then take the lock to start the next
+    /// (D3).
     static let scheduledBit: UInt64 = 1 << 31
 
     /// Where started operations go, read under the lock together with them.
