@@ -249,7 +249,10 @@ int spindle_idle_init(spindle_idle *idle, uint32_t nworkers, uint32_t capacity) 
     /* Every worker starts unparked and not searching; each parks on its own. */
     atomic_init(&idle->state, (uint64_t)nworkers << 32);
     int rc = pthread_mutex_init(&idle->lock, NULL);
-    if (rc) free(idle->sleepers);
+    if (rc) {
+        free(idle->sleepers);
+        idle->sleepers = NULL; /* spindle_idle_destroy may still be called */
+    }
     return rc;
 }
 

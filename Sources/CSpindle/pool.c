@@ -296,82 +296,88 @@ static void free_pool(spindle_pool *pool) {
     free(pool);
 }
 
-int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
-    spindle_config cfg;
+/* Creation, in four steps: the configuration checked (validate), the workers planned
+ * (plan_pool), the pool and its workers made but not started (make_pool), then started
+ * (start_pool). Each step returns 0 or an error; from make_pool on, everything made is
+ * freed on failure by one path, free_pool, which copes with a pool made only in part. */
+
+/* Step 1: `cfg` is the caller's configuration (or the defaults), checked. */
+static int validate(const spindle_config *cfg_in, spindle_config *cfg) {
     if (cfg_in)
-        cfg = *cfg_in;
+        *cfg = *cfg_in;
     else
-        spindle_config_init(&cfg);
-    if (!out) return EINVAL;
-    *out = NULL;
-    if (cfg.workers > SPINDLE_MAX_WORKERS || cfg.max_spares > SPINDLE_MAX_WORKERS) return EINVAL;
-    uint32_t cap = cfg.deque_capacity ? cfg.deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY;
+        spindle_config_init(cfg);
+    if (cfg->workers > SPINDLE_MAX_WORKERS || cfg->max_spares > SPINDLE_MAX_WORKERS) return EINVAL;
+    uint32_t cap = cfg->deque_capacity ? cfg->deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY;
     if (cap > (1u << 24)) return EINVAL;
-    if (cfg.nice != SPINDLE_NICE_INHERIT && (cfg.nice < -20 || cfg.nice > 19)) return EINVAL;
-    if (cfg.policy < SPINDLE_POLICY_NORMAL || cfg.policy > SPINDLE_POLICY_IDLE) return EINVAL;
-    if (cfg.pinning < SPINDLE_PIN_NODE || cfg.pinning > SPINDLE_PIN_NONE) return EINVAL;
-    if ((cfg.alloc_on_node == NULL) != (cfg.free_on_node == NULL)) return EINVAL;
-    /* Placement: the caller's plan, or one made from this machine's topology. Without
-     * a readable topology the pool still works, flat and unpinned — and, if pinning was
-     * asked for, says why it is not pinned (spindle_pool_pin_error). */
-    int unplanned = 0;
-    const spindle_plan *plan = cfg.plan;
-    spindle_plan *own_plan = NULL;
+    if (cfg->nice != SPINDLE_NICE_INHERIT && (cfg->nice < -20 || cfg->nice > 19)) return EINVAL;
+    if (cfg->policy < SPINDLE_POLICY_NORMAL || cfg->policy > SPINDLE_POLICY_IDLE) return EINVAL;
+    if (cfg->pinning < SPINDLE_PIN_NODE || cfg->pinning > SPINDLE_PIN_NONE) return EINVAL;
+    if ((cfg->alloc_on_node == NULL) != (cfg->free_on_node == NULL)) return EINVAL;
+    return 0;
+}
+
+/* Where the workers go, as plan_pool decides it. */
+typedef struct pool_plan {
+    spindle_plan *plan; /* the pool's own (made here, or a copy of the caller's); NULL: flat */
+    uint32_t workers;
+    int unplanned;      /* why there is no plan, when one was to be made */
+    uint32_t limited;   /* workers a container's CPU limit allows (0: no limit) */
+} pool_plan;
+
+/* Step 2: the plan and the worker count. Without a readable topology the pool still
+ * works, flat and unpinned, and, if pinning was asked for, says why it is not pinned
+ * (spindle_pool_pin_error). */
+static int plan_pool(spindle_config *cfg, pool_plan *pp) {
+    *pp = (pool_plan){0};
     /* A process-wide pool is planned and sized for the process's CPUs, not its
      * creator's (affinity.c, "Whose CPUs"). */
     bool was_planning_for_process = spindle_tls_planning_for_process;
-    if (cfg.permanent) spindle_tls_planning_for_process = true;
+    if (cfg->permanent) spindle_tls_planning_for_process = true;
     /* A container's CPU limit (cgroup.c, CG3, CG5): a pool that sets no count of its own
      * has no more workers taking work than the limit allows. A process-wide pool keeps a
      * worker per CPU and lets only that many take work, so that it can follow the limit
-     * up and down while it runs (CG6, below); any other pool is planned for that many. */
-    uint32_t limited = cfg.workers || cfg.plan ? 0 : spindle_cpu_limit_workers();
-    if (limited && !cfg.permanent) cfg.workers = limited;
-    if (!plan) {
+     * up and down while it runs (CG6, spindle_pool_set_active_workers); any other pool
+     * is planned for that many. */
+    pp->limited = cfg->workers || cfg->plan ? 0 : spindle_cpu_limit_workers();
+    if (pp->limited && !cfg->permanent) cfg->workers = pp->limited;
+    if (!cfg->plan) {
         spindle_topology *topo = NULL;
-        unplanned = spindle_topology_load(NULL, NULL, &topo);
-        if (unplanned == 0) {
-            unplanned = spindle_plan_create(topo, cfg.workers, (spindle_pinning)cfg.pinning, NULL, 0, &own_plan);
-            if (unplanned == 0) plan = own_plan;
+        pp->unplanned = spindle_topology_load(NULL, NULL, &topo);
+        if (pp->unplanned == 0) {
+            pp->unplanned =
+                spindle_plan_create(topo, cfg->workers, (spindle_pinning)cfg->pinning, NULL, 0, &pp->plan);
             spindle_topology_free(topo);
         }
     }
-    uint32_t n = plan ? spindle_plan_worker_count(plan) : (cfg.workers ? cfg.workers : spindle_usable_cpu_count());
     spindle_tls_planning_for_process = was_planning_for_process;
-    if (cfg.plan && cfg.workers && cfg.workers != n) {
-        spindle_plan_free(own_plan);
-        return EINVAL;
-    }
+    const spindle_plan *plan = cfg->plan ? cfg->plan : pp->plan;
+    pp->workers = plan ? spindle_plan_worker_count(plan)
+                       : (cfg->workers ? cfg->workers : spindle_usable_cpu_count());
+    if (cfg->plan && cfg->workers && cfg->workers != pp->workers) return EINVAL;
     /* The pool keeps its plan (its workers share its tiers and pin lists): a copy of the
      * caller's, which the caller may free once this returns. */
-    if (cfg.plan && !(plan = own_plan = spindle_plan_clone(cfg.plan))) return ENOMEM;
+    if (cfg->plan && !(pp->plan = spindle_plan_clone(cfg->plan))) return ENOMEM;
+    return 0;
+}
 
-    spindle_pool *pool = aligned_alloc(SPINDLE_CACHELINE, (sizeof *pool + SPINDLE_CACHELINE - 1) /
-                                                              SPINDLE_CACHELINE * SPINDLE_CACHELINE);
-    if (!pool) {
-        spindle_plan_free(own_plan);
-        return ENOMEM;
-    }
-    memset(pool, 0, sizeof *pool);
-    pool->plan = own_plan; /* freed with the pool from here on (free_pool) */
+/* Step 3, its settings: what the workers read, the allocator, the idle state. */
+static int init_pool(spindle_pool *pool, const spindle_config *cfg, const pool_plan *pp) {
+    uint32_t n = pp->workers;
     /* Pointers only: each worker is a block on its own node (create_worker). The
      * array is written here and read-only afterwards, so every CPU keeps a copy. */
-    pool->workers = calloc((size_t)n + cfg.max_spares, sizeof *pool->workers);
-    if (!pool->workers) {
-        free(pool);
-        spindle_plan_free(own_plan);
-        return ENOMEM;
-    }
+    pool->workers = calloc((size_t)n + cfg->max_spares, sizeof *pool->workers);
+    if (!pool->workers) return ENOMEM;
     pool->nworkers = n;
-    pool->max_spares = cfg.max_spares;
-    pool->spare_idle_ns = cfg.spare_idle_ns ? cfg.spare_idle_ns : SPINDLE_DEFAULT_SPARE_IDLE_NS;
+    pool->max_spares = cfg->max_spares;
+    pool->spare_idle_ns = cfg->spare_idle_ns ? cfg->spare_idle_ns : SPINDLE_DEFAULT_SPARE_IDLE_NS;
     atomic_init(&pool->nslots, 0);
     atomic_init(&pool->spares_running, 0);
-    pool->spin_ns = cfg.spin_ns ? cfg.spin_ns : SPINDLE_DEFAULT_SPIN_NS;
-    pool->permanent = cfg.permanent;
-    pool->requested_nice = cfg.nice;
-    pool->requested_policy = cfg.policy;
-    const char *name = cfg.name ? cfg.name : "spindle-w";
+    pool->spin_ns = cfg->spin_ns ? cfg->spin_ns : SPINDLE_DEFAULT_SPIN_NS;
+    pool->permanent = cfg->permanent;
+    pool->requested_nice = cfg->nice;
+    pool->requested_policy = cfg->policy;
+    const char *name = cfg->name ? cfg->name : "spindle-w";
     /* At most 15 bytes, cut at a UTF-8 character boundary (pool is zeroed: terminated). */
     size_t name_len = strlen(name);
     if (name_len > sizeof pool->name - 1) {
@@ -396,13 +402,13 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     /* The default slice only for SCHED_OTHER pools: BATCH and IDLE workers are meant to
      * yield to everything else, not to preempt it. */
     pool->requested_slice_ns =
-        cfg.slice_ns == SPINDLE_SLICE_KERNEL ? 0
-        : cfg.slice_ns != 0                  ? cfg.slice_ns
-        : cfg.policy == SPINDLE_POLICY_NORMAL ? SPINDLE_DEFAULT_SLICE_NS
-                                              : 0;
-    if (cfg.alloc_on_node) {
-        pool->alloc_on_node = cfg.alloc_on_node;
-        pool->free_on_node = cfg.free_on_node;
+        cfg->slice_ns == SPINDLE_SLICE_KERNEL ? 0
+        : cfg->slice_ns != 0                  ? cfg->slice_ns
+        : cfg->policy == SPINDLE_POLICY_NORMAL ? SPINDLE_DEFAULT_SLICE_NS
+                                               : 0;
+    if (cfg->alloc_on_node) {
+        pool->alloc_on_node = cfg->alloc_on_node;
+        pool->free_on_node = cfg->free_on_node;
     } else if (spindle_numa_multinode()) { /* decided once per pool (numa.c, NU2) */
         pool->alloc_on_node = numa_alloc_on_node;
         pool->free_on_node = numa_free_on_node;
@@ -410,24 +416,23 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         pool->alloc_on_node = heap_alloc_on_node;
         pool->free_on_node = heap_free_on_node;
     }
-    pool->alloc_ctx = cfg.alloc_ctx;
-    atomic_init(&pool->pin_error, unplanned && cfg.pinning != SPINDLE_PIN_NONE ? unplanned : 0);
+    pool->alloc_ctx = cfg->alloc_ctx;
+    atomic_init(&pool->pin_error, pp->unplanned && cfg->pinning != SPINDLE_PIN_NONE ? pp->unplanned : 0);
     /* The CPUs it is planned for (affinity.c, "Whose CPUs"): its unpinned workers start
      * on them, and pools its workers create are planned for them. */
-    pool->affinity = cfg.permanent ? spindle_process_affinity() : spindle_creator_affinity();
-    int rc = spindle_idle_init(&pool->idle, n, n + cfg.max_spares);
-    if (rc) {
-        if (pool->affinity) CPU_FREE(pool->affinity);
-        free(pool->workers);
-        free(pool);
-        spindle_plan_free(own_plan);
-        return rc;
-    }
+    pool->affinity = cfg->permanent ? spindle_process_affinity() : spindle_creator_affinity();
+    return spindle_idle_init(&pool->idle, n, n + cfg->max_spares);
+}
+
+/* Step 3, its workers: each one's block and deque ring, and the steal order. */
+static int make_workers(spindle_pool *pool, uint32_t deque_capacity) {
+    uint32_t n = pool->nworkers;
     for (uint32_t i = 0; i < n; i++) {
-        spindle_worker *w = pool->workers[i] = create_worker(pool, plan != NULL, i);
+        spindle_worker *w = pool->workers[i] = create_worker(pool, pool->plan != NULL, i);
         node_alloc na = {pool, w ? w->mem_node : -1};
-        if (!w || spindle_deque_init(&w->deque, cap, deque_alloc, &na) != 0) {
-            free_pool(pool);
+        if (!w || spindle_deque_init(&w->deque, deque_capacity, deque_alloc, &na) != 0) {
+            if (w) pool->free_on_node(w->block, w->block_bytes, pool->alloc_ctx); /* not counted yet */
+            pool->workers[i] = NULL;
             return ENOMEM;
         }
         w->pool = pool;
@@ -439,38 +444,80 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
         atomic_store_explicit(&pool->nslots, i + 1, memory_order_relaxed);
     }
     /* The steal order (topology_plan.c, PL3): the plan's, or the workers by index. */
-    if (!plan) {
+    if (!pool->plan) {
         pool->ordered = pool->workers;
     } else if ((pool->ordered = malloc(sizeof(spindle_worker *) * n))) {
-        const uint32_t *order = spindle_plan_order(plan);
+        const uint32_t *order = spindle_plan_order(pool->plan);
         for (uint32_t p = 0; p < n; p++) pool->ordered[p] = pool->workers[order[p]];
     } else {
-        free_pool(pool);
         return ENOMEM;
     }
     pool->deque_capacity = (uint32_t)(pool->workers[0]->deque.mask + 1);
     /* One worker per CPU, each on its own: outside submissions may then wake the worker
      * on the submitter's CPU (park.c, pick_sleeper_locked). */
     pool->pinned_per_cpu = pinned_one_per_cpu(pool);
-    /* Started by the process's spawner, not by this thread, so that they begin at the
-     * process's own policy and nice rather than ours (spawn.c). */
+    return 0;
+}
+
+/* Step 3: the pool, its plan (from here on freed with it) and its workers, not yet
+ * started. On failure, nothing is left. */
+static int make_pool(const spindle_config *cfg, const pool_plan *pp, spindle_pool **out) {
+    spindle_pool *pool = aligned_alloc(SPINDLE_CACHELINE, (sizeof *pool + SPINDLE_CACHELINE - 1) /
+                                                              SPINDLE_CACHELINE * SPINDLE_CACHELINE);
+    if (!pool) {
+        spindle_plan_free(pp->plan);
+        return ENOMEM;
+    }
+    memset(pool, 0, sizeof *pool);
+    pool->plan = pp->plan;
+    int rc = init_pool(pool, cfg, pp);
+    if (!rc) rc = make_workers(pool, cfg->deque_capacity ? cfg->deque_capacity : SPINDLE_DEFAULT_DEQUE_CAPACITY);
+    if (rc) {
+        free_pool(pool);
+        return rc;
+    }
+    *out = pool;
+    return 0;
+}
+
+/* Step 4: the workers, started by the process's spawner, not by this thread, so that
+ * they begin at the process's own policy and nice rather than ours (spawn.c). Returns
+ * once every worker has named itself and applied its nice, so that the nice report is
+ * final. On failure the pool is stopped and freed. */
+static int start_pool(spindle_pool *pool) {
     uint32_t started = 0;
-    rc = spindle_spawn_workers(pool, &started);
+    int rc = spindle_spawn_workers(pool, &started);
     if (rc) {
         abort_create(pool, started);
         free_pool(pool);
         return rc;
     }
-    /* Wait until every worker has named itself and applied its nice, so that the nice
-     * report is final when we return. Acquire pairs with the workers' release. */
+    /* Acquire pairs with the workers' release. */
     for (;;) {
         uint32_t r = atomic_load_explicit(&pool->ready, memory_order_acquire);
-        if (r == n) break;
+        if (r == pool->nworkers) break;
         spindle_futex_wait(&pool->ready, r);
     }
+    return 0;
+}
+
+int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
+    if (!out) return EINVAL;
+    *out = NULL;
+    spindle_config cfg;
+    int rc = validate(cfg_in, &cfg);
+    if (rc) return rc;
+    pool_plan pp;
+    rc = plan_pool(&cfg, &pp);
+    if (rc) {
+        spindle_plan_free(pp.plan);
+        return rc;
+    }
+    spindle_pool *pool;
+    if ((rc = make_pool(&cfg, &pp, &pool)) || (rc = start_pool(pool))) return rc;
     spindle_monitor_register(pool);
     registry_add(pool);
-    if (limited && cfg.permanent) spindle_pool_set_active_workers(pool, limited);
+    if (pp.limited && cfg.permanent) spindle_pool_set_active_workers(pool, pp.limited);
     *out = pool;
     return 0;
 }

@@ -1,0 +1,91 @@
+import CSpindle
+import CSpindleTesting
+import Foundation
+import Synchronization
+import XCTest
+
+@testable import Spindle
+
+/// Counts the allocations a pool makes through the node allocator seam, and fails the
+/// one numbered `failAt` (nil: none).
+private enum FailingAllocator {
+    static let calls = Atomic<Int>(0)
+    static let live = Atomic<Int>(0)
+    static let failAt = Atomic<Int>(-1)
+
+    static func reset(failAt k: Int) {
+        calls.store(0, ordering: .relaxed)
+        live.store(0, ordering: .relaxed)
+        failAt.store(k, ordering: .relaxed)
+    }
+
+    static func install(_ cfg: inout spindle_config) {
+        cfg.alloc_on_node = { bytes, _, _ in
+            let call = FailingAllocator.calls.add(1, ordering: .relaxed).oldValue
+            if call == FailingAllocator.failAt.load(ordering: .relaxed) { return nil }
+            guard let mem = malloc(bytes) else { return nil }
+            FailingAllocator.live.add(1, ordering: .relaxed)
+            return mem
+        }
+        cfg.free_on_node = { mem, _, _ in
+            FailingAllocator.live.subtract(1, ordering: .relaxed)
+            free(mem)
+        }
+    }
+}
+
+/// A pool whose creation fails part way, because an allocation or a thread is refused,
+/// reports the error and leaves nothing behind: no memory, no thread, no half-made
+/// pool (pool.c: one unwinding path, free_pool).
+final class FaultInjectionTests: XCTestCase {
+    override func tearDown() { spindle_test_limit_threads(-1) }
+
+    /// Every node allocation of a four-worker pool (a state block and a deque ring per
+    /// worker) refused in turn: ENOMEM each time, and every allocation made before the
+    /// refused one is freed.
+    func testEachRefusedAllocationFailsCreationAndFreesWhatWasMade() throws {
+        var made = 0
+        for k in 0..<16 {
+            FailingAllocator.reset(failAt: k)
+            var cfg = spindle_config()
+            spindle_config_init(&cfg)
+            cfg.workers = 4
+            cfg.pinning = Int32(SPINDLE_PIN_NONE.rawValue)
+            FailingAllocator.install(&cfg)
+            var raw: OpaquePointer?
+            let rc = spindle_pool_create(&cfg, &raw)
+            let calls = FailingAllocator.calls.load(ordering: .relaxed)
+            if k >= calls {
+                // Fewer allocations than k: creation succeeded without meeting the fault.
+                XCTAssertEqual(rc, 0)
+                let pool = try XCTUnwrap(raw)
+                XCTAssertEqual(spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN), 0)
+                made = calls
+                break
+            }
+            XCTAssertEqual(rc, ENOMEM, "allocation \(k) refused")
+            XCTAssertNil(raw, "allocation \(k) refused, yet a pool came back")
+            XCTAssertEqual(FailingAllocator.live.load(ordering: .relaxed), 0, "allocation \(k) refused: memory left behind")
+        }
+        XCTAssertEqual(made, 8, "a state block and a deque ring per worker")
+        XCTAssertEqual(FailingAllocator.live.load(ordering: .relaxed), 0, "the pool freed what it made")
+    }
+
+    /// The k-th worker thread refused (as under a thread limit): the pool's creation
+    /// throws the system's error, and the workers already started are stopped, so the
+    /// process has no more threads than before.
+    func testEachRefusedWorkerThreadFailsCreationAndStopsTheOthers() throws {
+        _ = try ThreadPool(workers: 1) // the spawner and the monitor exist already
+        let before = threads().count
+        for k in 0..<4 {
+            spindle_test_limit_threads(Int32(k))
+            XCTAssertThrowsError(try ThreadPool(workers: 4), "worker \(k) refused") { error in
+                guard case ThreadPool.Error.systemError(let e) = error else { return XCTFail("\(error)") }
+                XCTAssertEqual(e, EAGAIN)
+            }
+            spindle_test_limit_threads(-1)
+            // The started workers were joined before creation returned.
+            XCTAssertEqual(threads().count, before, "worker \(k) refused: threads left behind")
+        }
+    }
+}
