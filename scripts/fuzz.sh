@@ -8,6 +8,7 @@
 #                                (default 20000)
 #   scripts/fuzz.sh --long       10^7 executions per target
 #   scripts/fuzz.sh --runs N     N executions per target
+#   FUZZ_TARGETS="cgroup cpulist" scripts/fuzz.sh --long    some of the targets only
 #
 # What a run finds goes to a scratch corpus, never into Tests/Fuzz/corpus; a crash
 # leaves its input in the working directory printed at the end (crash-*), to add to the
@@ -40,7 +41,7 @@ build fuzz_cpulist Tests/Fuzz/fuzz_cpulist.c "${without_topology[@]}"
 build fuzz_topology Tests/Fuzz/fuzz_topology.c "${engine[@]}"
 build fuzz_cgroup Tests/Fuzz/fuzz_cgroup.c "${engine[@]}"
 status=0
-for target in cpulist topology cgroup; do
+for target in ${FUZZ_TARGETS:-cpulist topology cgroup}; do
   mkdir -p "$work/corpus-$target"
   cp Tests/Fuzz/corpus/"$target"/* "$work/corpus-$target"/
   start=$(date +%s)
