@@ -1,3 +1,4 @@
+import CSpindle
 import Logging
 
 extension ThreadPool {
@@ -96,5 +97,94 @@ extension ThreadPool {
 
         /// The defaults, with `workers` workers (nil: one per usable CPU).
         public init(workers: Int? = nil) { self.workers = workers }
+    }
+}
+
+extension ThreadPool.Configuration {
+    /// What the engine is given: every setting checked, converted, and the placement
+    /// planned when nodes or CPUs are named.
+    struct Validated {
+        var engine: spindle_config
+        var plan: PlacementPlan?
+    }
+
+    /// Checks every setting, in one place, and converts it for the engine.
+    ///
+    /// - Throws: ``ThreadPool/Error/invalidConfiguration(_:)`` naming the first setting
+    ///   out of range.
+    func validated(processWide: Bool) throws -> Validated {
+        typealias Error = ThreadPool.Error
+        let most = ThreadPool.maxWorkers
+        if let w = workers, w < 1 || w > most {
+            throw Error.invalidConfiguration("workers must be in 1...\(most), got \(w)")
+        }
+        guard dequeCapacity >= 1, dequeCapacity <= 1 << 24 else {
+            throw Error.invalidConfiguration("dequeCapacity must be in 1...\(1 << 24), got \(dequeCapacity)")
+        }
+        if let nice, !(-20...19).contains(nice) {
+            throw Error.invalidConfiguration("nice must be in -20...19, got \(nice)")
+        }
+        let spinNs = spin.wholeNanoseconds
+        guard spinNs >= 0, spinNs <= Int64(UInt32.max) else {
+            throw Error.invalidConfiguration("spin must be between 0 and ~4 s")
+        }
+        guard (0...most).contains(maxSpareWorkers) else {
+            throw Error.invalidConfiguration("maxSpareWorkers must be in 0...\(most), got \(maxSpareWorkers)")
+        }
+        if let limit = queueLimit, limit < 1 {
+            throw Error.invalidConfiguration("queueLimit must be at least 1 (nil: no limit), got \(limit)")
+        }
+        if let delay = queueDelayLimit, delay <= .zero || delay > .seconds(86_400) {
+            throw Error.invalidConfiguration("queueDelayLimit must be positive and at most a day (nil: no limit), got \(delay)")
+        }
+        let spareIdleNs = spareIdleTimeout.wholeNanoseconds
+        guard spareIdleNs > 0 else {
+            throw Error.invalidConfiguration("spareIdleTimeout must be positive, got \(spareIdleTimeout)")
+        }
+        var cfg = spindle_config()
+        spindle_config_init(&cfg)
+        cfg.max_spares = UInt32(maxSpareWorkers)
+        cfg.spare_idle_ns = UInt64(spareIdleNs)
+        cfg.workers = UInt32(workers ?? 0)
+        cfg.deque_capacity = UInt32(dequeCapacity)
+        cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
+        cfg.nice = nice ?? SPINDLE_NICE_INHERIT
+        cfg.policy = policy.rawValue
+        if let timeSlice {
+            let ns = timeSlice.wholeNanoseconds
+            guard ns >= 0, ns < Int64(UInt32.max) else {
+                throw Error.invalidConfiguration("timeSlice must be between 0 and ~4 s")
+            }
+            cfg.slice_ns = ns == 0 ? SPINDLE_SLICE_KERNEL : UInt32(ns)
+        }
+        cfg.pinning = Int32(pinning.engineValue.rawValue)
+        // Process-wide pools never shut down: the engine then skips the shutdown
+        // bookkeeping on every submission.
+        cfg.permanent = processWide
+        let placement = try plannedPlacement()
+        if placement != nil { cfg.workers = 0 }
+        return Validated(engine: cfg, plan: placement)
+    }
+
+    /// ``plan``, or one made for ``nodes`` and ``cpus`` when either is set; nil lets the
+    /// engine plan the machine.
+    private func plannedPlacement() throws -> PlacementPlan? {
+        guard plan == nil, nodes != nil || cpus != nil else { return plan }
+        typealias Error = ThreadPool.Error
+        if let nodes, nodes.isEmpty {
+            throw Error.invalidConfiguration("nodes is empty; leave it nil to run on every node")
+        }
+        var list: String? = nil
+        if let cpus {
+            guard !cpus.isEmpty, cpus.allSatisfy({ (0..<8192).contains($0) }) else {
+                throw Error.invalidConfiguration("cpus must be a non-empty list of CPU numbers in 0..<8192, got \(cpus)")
+            }
+            list = cpus.map(String.init).joined(separator: ",")
+        }
+        do {
+            return try Topology.load(cpus: list).plan(workers: workers, pinning: pinning, nodes: nodes)
+        } catch let error as Topology.Error {
+            throw Error.invalidConfiguration("nodes \(nodes.map { "\($0)" } ?? "all"), cpus \(list ?? "all"): \(error)")
+        }
     }
 }

@@ -127,72 +127,9 @@ public final class ThreadPool: @unchecked Sendable {
 
     init(configuration: Configuration, processWide: Bool) throws {
         SpindleLogging.installEngineHandler()
-        if let w = configuration.workers, w < 1 || w > Self.maxWorkers {
-            throw Error.invalidConfiguration("workers must be in 1...\(Self.maxWorkers), got \(w)")
-        }
-        guard configuration.dequeCapacity >= 1, configuration.dequeCapacity <= 1 << 24 else {
-            throw Error.invalidConfiguration("dequeCapacity must be in 1...\(1 << 24), got \(configuration.dequeCapacity)")
-        }
-        if let nice = configuration.nice, !(-20...19).contains(nice) {
-            throw Error.invalidConfiguration("nice must be in -20...19, got \(nice)")
-        }
-        let spinNs = configuration.spin.wholeNanoseconds
-        guard spinNs >= 0, spinNs <= Int64(UInt32.max) else {
-            throw Error.invalidConfiguration("spin must be between 0 and ~4 s")
-        }
-        guard (0...Self.maxWorkers).contains(configuration.maxSpareWorkers) else {
-            throw Error.invalidConfiguration("maxSpareWorkers must be in 0...\(Self.maxWorkers), got \(configuration.maxSpareWorkers)")
-        }
-        if let limit = configuration.queueLimit, limit < 1 {
-            throw Error.invalidConfiguration("queueLimit must be at least 1 (nil: no limit), got \(limit)")
-        }
-        if let delay = configuration.queueDelayLimit, delay <= .zero || delay > .seconds(86_400) {
-            throw Error.invalidConfiguration("queueDelayLimit must be positive and at most a day (nil: no limit), got \(delay)")
-        }
-        let spareIdleNs = configuration.spareIdleTimeout.wholeNanoseconds
-        guard spareIdleNs > 0 else {
-            throw Error.invalidConfiguration("spareIdleTimeout must be positive, got \(configuration.spareIdleTimeout)")
-        }
-        var cfg = spindle_config()
-        spindle_config_init(&cfg)
-        cfg.max_spares = UInt32(configuration.maxSpareWorkers)
-        cfg.spare_idle_ns = UInt64(spareIdleNs)
-        cfg.workers = UInt32(configuration.workers ?? 0)
-        cfg.deque_capacity = UInt32(configuration.dequeCapacity)
-        cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
-        cfg.nice = configuration.nice ?? SPINDLE_NICE_INHERIT
-        cfg.policy = configuration.policy.rawValue
-        if let slice = configuration.timeSlice {
-            let ns = slice.wholeNanoseconds
-            guard ns >= 0, ns < Int64(UInt32.max) else {
-                throw Error.invalidConfiguration("timeSlice must be between 0 and ~4 s")
-            }
-            cfg.slice_ns = ns == 0 ? SPINDLE_SLICE_KERNEL : UInt32(ns)
-        }
-        cfg.pinning = Int32(configuration.pinning.engineValue.rawValue)
-        // Process-wide pools never shut down: the engine then skips the shutdown
-        // bookkeeping on every submission.
-        cfg.permanent = processWide
-        var plan = configuration.plan
-        if plan == nil, configuration.nodes != nil || configuration.cpus != nil {
-            if let nodes = configuration.nodes, nodes.isEmpty {
-                throw Error.invalidConfiguration("nodes is empty; leave it nil to run on every node")
-            }
-            var list: String? = nil
-            if let cpus = configuration.cpus {
-                guard !cpus.isEmpty, cpus.allSatisfy({ (0..<8192).contains($0) }) else {
-                    throw Error.invalidConfiguration("cpus must be a non-empty list of CPU numbers in 0..<8192, got \(cpus)")
-                }
-                list = cpus.map(String.init).joined(separator: ",")
-            }
-            do {
-                plan = try Topology.load(cpus: list).plan(workers: configuration.workers, pinning: configuration.pinning,
-                                                          nodes: configuration.nodes)
-            } catch let error as Topology.Error {
-                throw Error.invalidConfiguration("nodes \(configuration.nodes.map { "\($0)" } ?? "all"), cpus \(list ?? "all"): \(error)")
-            }
-        }
-        if plan != nil { cfg.workers = 0 }
+        let checked = try configuration.validated(processWide: processWide)
+        var cfg = checked.engine
+        let plan = checked.plan
         var pool: OpaquePointer?
         let rc = configuration.name.withCString { name -> Int32 in
             cfg.name = name
