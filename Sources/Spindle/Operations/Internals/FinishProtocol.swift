@@ -36,117 +36,143 @@ import Synchronization
 // Model: Tests/Models/finish_protocol.pml checks F1, both pairs, F2-F3 and F6 over every
 // interleaving of two finish paths, a dependent registering and a waiter.
 
+/// What F2 hands on from under the operation's lock, in a struct: a closure returned
+/// through the lock's generic result in a tuple would be re-abstracted (two
+/// allocations).
+struct FinishHandOff {
+    var ready: [Operation] = []
+    var completion: (@Sendable () -> Void)? = nil
+}
+
 extension Operation {
     /// Runs once, when the operation has finished by whatever path: releases
     /// dependents, tells the queue, drops the queue if it holds it, wakes waiters, and
-    /// then hands the completion block to a worker.
+    /// then hands the completion block to a worker. The steps are the functions below,
+    /// in this order.
     func finishProtocol() {
+        // F1.
         guard finishHandled.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged else { return }
         // A custom asynchronous operation reports `isFinished` through its override;
         // make the base state agree.
         phase.store(Phase.finished.rawValue, ordering: .releasing)
-        // What the locked part hands on, in a struct: a closure returned through the
-        // lock's generic result in a tuple would be re-abstracted (two allocations).
-        struct HandOff {
-            var ready: [Operation] = []
-            var completion: (@Sendable () -> Void)? = nil
-        }
-        var handOff = HandOff()
-        if needsFinishLock.load(ordering: .sequentiallyConsistent) {
-            handOff = guarded.locked { g -> HandOff in
-                // Count this edge down in every dependent, under our lock (see Dependents).
-                // Only dependents in a queue and unfinished are retained — the queue keeps
-                // them alive, so they cannot be mid-deinit — to be told they are ready
-                // once we unlock.
-                //
-                // A dependent may be in its deinit right now (its last reference went away
-                // on another thread), blocked on our lock to deregister. It must not be
-                // retained even for an instant — a retain and release of an object whose
-                // count reached zero runs its deinit a second time — so it is reached
-                // only as a guaranteed reference and never captured by a closure (a
-                // capture is a retain in unoptimised builds).
-                var ready: [Operation] = []
-                let me = Dependents.key(self)
-                g.dependents.forEach { dependent in
-                    // An operation that depends on itself (legal, if useless) is counted
-                    // down here: its lock is the one we hold. It is finishing, so it
-                    // needs no signal.
-                    if Dependents.key(dependent) == me {
-                        g.unfinished -= 1
-                        return
-                    }
-                    let nowReady = dependent.withGuaranteedReference(Operation.countDownOneEdge)
-                    if nowReady { ready.append(dependent.takeUnretainedValue()) }
-                }
-                g.dependents = .none
-                let c = g.completionBlock
-                g.completionBlock = nil
-                return HandOff(ready: ready, completion: c)
-            }
-        }
+        // F2, only when something was registered that it must hand on.
+        let handOff = needsFinishLock.load(ordering: .sequentiallyConsistent) ? takeHandOff() : FinishHandOff()
         let queue = ownerQueue
-        // Operations this finish starts (ready dependents, the next of a width-limited
-        // queue) may run next on this thread, without a trip through the pool, when
-        // this is the operation the thread's chain runner is running (ChainRunner.runChain).
         let ts = ThreadState.unmanagedCurrent
-        let chained = ts.withGuaranteedReference { ts -> Bool in
+        let chained = joinChain(ts)
+        // F3.
+        for d in handOff.ready { d.dependenciesSatisfied() }
+        notify(.finished)
+        // F7's place, before F4.
+        let completionLast = placeCompletion(handOff.completion, queue: queue, chained: chained, ts)
+        // F4. The queue is alive: it has not counted this operation finished (and holds
+        // itself until it has). `operationFinished` may free it.
+        queue?.withGuaranteedReference { $0.operationFinished(self) }
+        if chained { ts.withGuaranteedReference { $0.finishing = nil } }
+        // F5. Written before the operation could start, never after.
+        if queue != nil && queueSlot.addedByCaller { dropQueue() }
+        // F6.
+        releaseWaiters()
+        if let (completion, pool) = completionLast { runCompletionBlock(completion, on: pool) }
+    }
+
+    /// F2, under the operation's lock: every dependent counted down, those that became
+    /// ready collected, the completion block taken.
+    @inline(__always)
+    private func takeHandOff() -> FinishHandOff {
+        guarded.locked { g -> FinishHandOff in
+            // Count this edge down in every dependent, under our lock (see Dependents).
+            // Only dependents in a queue and unfinished are retained — the queue keeps
+            // them alive, so they cannot be mid-deinit — to be told they are ready
+            // once we unlock.
+            //
+            // A dependent may be in its deinit right now (its last reference went away
+            // on another thread), blocked on our lock to deregister. It must not be
+            // retained even for an instant — a retain and release of an object whose
+            // count reached zero runs its deinit a second time — so it is reached
+            // only as a guaranteed reference and never captured by a closure (a
+            // capture is a retain in unoptimised builds).
+            var ready: [Operation] = []
+            let me = Dependents.key(self)
+            g.dependents.forEach { dependent in
+                // An operation that depends on itself (legal, if useless) is counted
+                // down here: its lock is the one we hold. It is finishing, so it
+                // needs no signal.
+                if Dependents.key(dependent) == me {
+                    g.unfinished -= 1
+                    return
+                }
+                let nowReady = dependent.withGuaranteedReference(Operation.countDownOneEdge)
+                if nowReady { ready.append(dependent.takeUnretainedValue()) }
+            }
+            g.dependents = .none
+            let c = g.completionBlock
+            g.completionBlock = nil
+            return FinishHandOff(ready: ready, completion: c)
+        }
+    }
+
+    /// Whether the operations this finish starts (ready dependents, the next of a
+    /// width-limited queue) may run next on this thread, without a trip through the
+    /// pool: when this is the operation the thread's chain runner is running
+    /// (ChainRunner.runChain). This operation is then the thread's `finishing` until
+    /// F4 is done.
+    @inline(__always)
+    private func joinChain(_ ts: Unmanaged<ThreadState>) -> Bool {
+        ts.withGuaranteedReference { ts -> Bool in
             guard ts.chainOpen, ts.finishing == nil,
                   ts.currentOperation?.toOpaque() == Unmanaged.passUnretained(self).toOpaque() else { return false }
             ts.finishing = Unmanaged.passUnretained(self)
             return true
         }
-        for d in handOff.ready { d.dependenciesSatisfied() }
-        notify(.finished)
+    }
+
+    /// F7's place: after the dependents that could start at once (F3), before what the
+    /// queue starts once it counts this operation finished (F4), so that the next
+    /// operation of a serial queue starts after the completion block, as Foundation
+    /// orders them. On this thread's chain runner the runner orders the two
+    /// (ChainRunner.runChain): a dependent already in the continuation slot first, else
+    /// the block first. Otherwise the block is queued now when it goes to an injector
+    /// (first in, first out), and after the queue has started its next operation when
+    /// it goes on this worker's own deque, whose owner takes the newest first: that
+    /// block, with its pool, is returned, to be queued last.
+    @inline(__always)
+    private func placeCompletion(_ completion: (@Sendable () -> Void)?, queue: Unmanaged<OperationQueue>?,
+                                 chained: Bool, _ ts: Unmanaged<ThreadState>)
+        -> (@Sendable () -> Void, OpaquePointer)? {
+        guard let completion else { return nil }
         // Where the completion block will run, read while the queue is certainly alive.
-        let completionPool = handOff.completion == nil ? nil : QoSPools.engine(
+        let pool = QoSPools.engine(
             for: effectiveQoS(queueDefault: queue?.withGuaranteedReference { $0.qualityOfService } ?? .default))
-        // F7's place: after the dependents that could start at once (above), before what
-        // the queue starts once it counts this operation finished (below), so that the
-        // next operation of a serial queue starts after the completion block, as
-        // Foundation orders them. On this thread's chain runner the runner orders the
-        // two (ChainRunner.runChain): a dependent already in the continuation slot
-        // first, else the block first. Otherwise the block is queued now when it goes
-        // to an injector (first in, first out), and after the queue has started its
-        // next operation when it goes on this worker's own deque, whose owner takes the
-        // newest first.
-        let completionOnThisWorker = completionPool != nil && spindle_current_pool() == completionPool
-        var completionQueuedLast = false
-        if let completion = handOff.completion, let completionPool {
-            if chained && completionOnThisWorker {
-                let holding = holdingSelf(completion)
-                ts.withGuaranteedReference { ts in
-                    if ts.chainNext == nil { ts.chainCompletion = holding } else { ts.completionOnNextStart = holding }
-                }
-            } else if completionOnThisWorker {
-                completionQueuedLast = true
-            } else {
-                runCompletionBlock(completion, on: completionPool)
+        let onThisWorker = spindle_current_pool() == pool
+        if chained && onThisWorker {
+            let holding = holdingSelf(completion)
+            ts.withGuaranteedReference { ts in
+                if ts.chainNext == nil { ts.chainCompletion = holding } else { ts.completionOnNextStart = holding }
             }
+            return nil
         }
-        // The queue is alive: it has not counted this operation finished (and holds
-        // itself until it has). `operationFinished` may free it.
-        queue?.withGuaranteedReference { $0.operationFinished(self) }
-        if chained { ts.withGuaranteedReference { $0.finishing = nil } }
-        // Written before the operation could start, never after.
-        if queue != nil && queueSlot.addedByCaller { dropQueue() }
-        // Last: release the waiters. A waiter sets `hasWaiters` and then checks
-        // `finishCompleted` under the lock; we set `finishCompleted` and then check
-        // `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or we
-        // see its flag and take the lock — after its registration or before it, and in
-        // the latter case it then sees `finishCompleted` under the lock.
+        if onThisWorker { return (completion, pool) }
+        runCompletionBlock(completion, on: pool)
+        return nil
+    }
+
+    /// F6: `finishCompleted`, then the waiters released. A waiter sets `hasWaiters` and
+    /// then checks `finishCompleted` under the lock; we set `finishCompleted` and then
+    /// check `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or
+    /// we see its flag and take the lock — after its registration or before it, and in
+    /// the latter case it then sees `finishCompleted` under the lock.
+    @inline(__always)
+    private func releaseWaiters() {
         finishCompleted.store(true, ordering: .sequentiallyConsistent)
-        if hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) {
-            let waiters = guarded.locked { g -> [Waiter] in
-                let w = g.waiters
-                g.waiters = []
-                g.extras?.observers = []
-                return w
-            }
-            for w in waiters { w.signal() }
+        guard hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) else { return }
+        let waiters = guarded.locked { g -> [Waiter] in
+            let w = g.waiters
+            g.waiters = []
+            g.extras?.observers = []
+            return w
         }
-        if completionQueuedLast, let completion = handOff.completion, let completionPool {
-            runCompletionBlock(completion, on: completionPool)
-        }
+        for w in waiters { w.signal() }
     }
 
     /// Counts one finished dependency off `d`, under `d`'s lock; true when that was the
