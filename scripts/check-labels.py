@@ -15,9 +15,9 @@ a range (`P1-P7`, `T1–T3`, which cite every label between).
 1. Every cited label has a definition, and one cited after a file name is that file's.
 2. No label is defined twice.
 3. No "rule N" reference: a rule is cited by its label.
-4. Every label docs/architecture.md names is defined in the code, and a range it
-   names (`R1–R7`) reaches the last label of that family: the map is what a newcomer
-   reads first.
+4. Every label docs/architecture.md names is defined in the code, and a range its
+   tables name (`R1–R7`) reaches the last label of that family: the map is what a
+   newcomer reads first.
 
 Words that look like labels and are not: L3 (the cache), C11 (the language standard).
 """
@@ -111,6 +111,8 @@ for l, places in sorted(cited.items()):
 # label of its family that the defining file has.
 arch = root / "docs/architecture.md"
 for number, line in enumerate(arch.read_text().splitlines(), 1):
+    if not line.startswith("|"):
+        continue  # the map's tables list each file's labels; prose may name a part
     named = set(label.findall(line))
     for r in label_range.finditer(line):
         (pa, na), (pb, nb) = split(r.group(1)), split(r.group(2))
