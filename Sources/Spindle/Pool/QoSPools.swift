@@ -205,6 +205,11 @@ enum QoSPools {
         SpindleLogging.log(level: .warning, "\(line)")
     }
 
+    /// Every process-wide pool made so far (for tests that wait for them to be idle).
+    static func allProcessWide() -> [ThreadPool] {
+        pools.locked { p in Array(p.values) }
+    }
+
     static func existing(_ raw: OpaquePointer) -> ThreadPool? {
         pools.locked { p in p.values.first { $0.raw == raw } }
     }

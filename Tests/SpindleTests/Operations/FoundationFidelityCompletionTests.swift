@@ -260,7 +260,7 @@ final class FoundationFidelityCompletionTests: XCTestCase {
         let q = OperationQueue()
         let op = FoundationFidelityTests.Gated(open: false)
         q.addOperation(op)
-        usleep(20_000)
+        XCTAssertTrue(settle())
         XCTAssertFalse(op.isFinished)
         op.open.store(true, ordering: .releasing) // no didChangeValue(forKey: "isReady")
         // The queue's next scheduling pass: another operation finishing.

@@ -43,7 +43,7 @@ final class FoundationFidelityTests: XCTestCase {
         a.addDependency(b)
         b.addDependency(a) // legal, as with Foundation
         q.addOperations([a, b], waitUntilFinished: false)
-        usleep(30_000)
+        XCTAssertTrue(settle())
         XCTAssertFalse(a.isFinished || b.isFinished, "neither is ready while the cycle stands")
         a.cancel()
         XCTAssertTrue(drains(q))
@@ -74,7 +74,7 @@ final class FoundationFidelityTests: XCTestCase {
         op.addDependency(d)
         XCTAssertFalse(op.isReady)
         q.isSuspended = false
-        usleep(50_000)
+        XCTAssertTrue(settle())
         XCTAssertFalse(op.isFinished, "it ran before its new dependency")
         OperationQueue().addOperation(d)
         XCTAssertTrue(finishes(op))
@@ -93,7 +93,7 @@ final class FoundationFidelityTests: XCTestCase {
         let d = logging(log, "d")
         op.addDependency(d)
         gate.signal()
-        usleep(50_000)
+        XCTAssertTrue(settle())
         XCTAssertFalse(op.isFinished, "it ran before its new dependency")
         OperationQueue().addOperation(d)
         XCTAssertTrue(finishes(op))
@@ -121,7 +121,7 @@ final class FoundationFidelityTests: XCTestCase {
         q.addOperation(op)
         op.set(false)
         q.isSuspended = false
-        usleep(50_000)
+        XCTAssertTrue(settle())
         XCTAssertFalse(op.isFinished, "it started while isReady was false")
         op.set(true)
         XCTAssertTrue(finishes(op))
@@ -134,7 +134,7 @@ final class FoundationFidelityTests: XCTestCase {
         op.addDependency(BlockOperation {}) // never run
         q.addOperation(op)
         op.cancel()
-        usleep(50_000)
+        XCTAssertTrue(settle())
         XCTAssertFalse(op.isFinished, "it finished while its own isReady was false")
         op.set(true)
         XCTAssertTrue(finishes(op))
@@ -374,7 +374,7 @@ final class FoundationFidelityTests: XCTestCase {
         q.isSuspended = false
         XCTAssertTrue(drains(q))
         XCTAssertTrue(finishes(op))
-        usleep(10_000)
+        XCTAssertTrue(settle()) // the completion blocks run as tasks of their own
         XCTAssertEqual(log.all.first, "barrier")
     }
 

@@ -138,7 +138,7 @@ final class OperationQueueTests: XCTestCase {
         let op = BlockOperation { ran.store(true, ordering: .relaxed) }
         op.addDependency(never)
         q.addOperation(op)
-        usleep(10_000)
+        XCTAssertTrue(settle())
         XCTAssertFalse(ran.load(ordering: .relaxed))
         op.removeDependency(never)
         op.waitUntilFinished()
@@ -196,7 +196,7 @@ final class OperationQueueTests: XCTestCase {
         let q = OperationQueue()
         let op = Gated()
         q.addOperation(op)
-        usleep(10_000)
+        XCTAssertTrue(settle())
         XCTAssertFalse(op.ran.load(ordering: .relaxed))
         op.openGate()
         op.waitUntilFinished()
@@ -213,7 +213,7 @@ final class OperationQueueTests: XCTestCase {
         let ops = (0..<10).map { _ in BlockOperation { ran.add(1, ordering: .relaxed) } }
         for op in ops { q.addOperation(op) }
         ops[3].cancel()
-        usleep(20_000)
+        XCTAssertTrue(settle())
         XCTAssertEqual(ran.load(ordering: .relaxed), 0)
         XCTAssertEqual(q.operationCount, 10, "added and cancelled operations stay queued while suspended")
         q.isSuspended = false
@@ -252,7 +252,7 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertTrue(eventually { count.load(ordering: .acquiring) == 1 })
         XCTAssertTrue(sawFinished.load(ordering: .relaxed))
         XCTAssertNil(op.completionBlock)
-        usleep(20_000)
+        XCTAssertTrue(settle())
         XCTAssertEqual(count.load(ordering: .acquiring), 1, "it runs once")
     }
 

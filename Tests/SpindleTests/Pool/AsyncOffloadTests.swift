@@ -1,3 +1,4 @@
+import CSpindle
 import Foundation
 import Synchronization
 import XCTest
@@ -89,7 +90,7 @@ final class AsyncOffloadTests: XCTestCase {
         try blocker.occupy(pool)
         let ran = Atomic<Bool>(false)
         let task = Task { try await pool.run { ran.store(true, ordering: .relaxed) } }
-        try await Task.sleep(for: .milliseconds(20)) // queued behind the blocker
+        while spindle_pool_queued(pool.raw) < 1 { try await Task.sleep(for: .milliseconds(1)) } // queued behind the blocker
         task.cancel()
         await assertEndsCancelled(task, "a cancelled offload returned")
         blocker.open()
@@ -122,9 +123,9 @@ final class AsyncOffloadTests: XCTestCase {
         try blocker.occupy(pool)
         let ran = Atomic<Bool>(false)
         let task = Task { try await pool.run { ran.store(true, ordering: .relaxed) } }
-        try await Task.sleep(for: .milliseconds(20))
+        while spindle_pool_queued(pool.raw) < 1 { try await Task.sleep(for: .milliseconds(1)) } // queued behind the blocker
         let shutdown = Task { try await pool.shutdown(.cancel) }
-        try await Task.sleep(for: .milliseconds(20))
+        while !pool.isShuttingDown { try await Task.sleep(for: .milliseconds(1)) }
         // The running closure finishes; the queued one is discarded, not run.
         blocker.open()
         do {

@@ -1,3 +1,4 @@
+import CSpindle
 import Foundation
 import XCTest
 import Synchronization
@@ -110,6 +111,21 @@ func eventually(within seconds: Double = 10, _ condition: () -> Bool) -> Bool {
         usleep(1_000)
     }
     return true
+}
+
+/// Waits until every process-wide pool (the shared pool and each class's) is idle:
+/// nothing queued, no worker inside a task, twice in a row a millisecond apart. For a
+/// check that something did *not* happen: once the pools are idle nothing more runs
+/// until something new is submitted, so the check no longer depends on how long a
+/// busy machine takes. False if they stay busy for `seconds`.
+@discardableResult
+func settle(within seconds: Double = 20) -> Bool {
+    var quiet = 0
+    return eventually(within: seconds) {
+        let pools = QoSPools.allProcessWide()
+        quiet = pools.allSatisfy { spindle_pool_is_idle($0.raw) } ? quiet + 1 : 0
+        return quiet >= 2
+    }
 }
 
 /// Runs `body` on another thread and waits at most `seconds` for it: a deadlock fails
