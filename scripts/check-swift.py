@@ -15,6 +15,10 @@
 
 2. No Swift file longer than 500 lines. One concern per file keeps each protocol in
    one place, and a file that outgrows that has more than one concern to split out.
+
+3. The façade's layers look only down: Sources/Spindle/Runtime (locks, the FIFO, the
+   line of waiting tasks, the layout-dependent techniques) names nothing of the layers
+   built on it — no Operation, OperationQueue or ThreadPool.
 """
 import pathlib
 import re
@@ -40,6 +44,12 @@ for path in paths:
             if re.search(rf"\b{name}\s*\.withLock\b", line):
                 failures.append(f"{rel}:{number}: `{name}` is a Mutex: use `locked`, not `withLock` "
                                 "(ThreadSanitizer cannot see a contended Mutex; see scripts/check-swift.py)")
+upper = re.compile(r"\b(Operation|OperationQueue|BlockOperation|ThreadPool|QoSPools)\b")
+for path in sorted((root / "Sources/Spindle/Runtime").glob("*.swift")):
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if upper.search(line):
+            failures.append(f"{path.relative_to(root)}:{number}: Runtime/ names `{upper.search(line).group(1)}`, "
+                            "a layer above it (scripts/check-swift.py, 3)")
 if failures:
     print("\n".join(failures))
     sys.exit(1)

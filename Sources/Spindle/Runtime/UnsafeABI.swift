@@ -5,16 +5,17 @@ import CSpindle
 // with the contract its callers rely on and a test that fails if a toolchain changes
 // what it relies on (Tests/SpindleTests/Runtime/UnsafeABITests.swift).
 
-/// The engine task node inside an object — an operation's (`Operation.engineTask`), an
-/// offloaded closure's (`OffloadBase.engineTask`) — found by the object's layout.
+/// The engine task node inside an object whose class declares it as its first stored
+/// property (`engineTask`: an operation's, an offloaded closure's), found by the
+/// object's layout.
 ///
 /// Rejected: a node allocated per submission. Freed where the task ran, it is a
 /// cross-thread free per operation; freed with the operation, it is still a second
 /// malloc/free pair per operation, and in a producer-bound queue every pair that
 /// glibc's thread cache cannot balance goes to its slow path.
 enum TaskNode {
-    // safety: `object`'s class (`Operation`, `OffloadBase`) declares `engineTask` as
-    // its first stored property and has no stored superclass; a Swift class instance's
+    // safety: `object`'s class declares `engineTask` as its first stored property and
+    // has no stored superclass; a Swift class instance's
     // stored properties start right after its header (isa pointer and reference
     // counts, two words), for every subclass: a subclass's properties follow its
     // superclass's. `_getUnsafePointerToStoredProperties` returns that address.
@@ -27,13 +28,12 @@ enum TaskNode {
     /// The object header's size: the node's offset from the object's address.
     static let headerSize = 2 * MemoryLayout<UnsafeRawPointer>.size
 
-    // safety: `task` must be the `engineTask` of a live Operation (one the queue's list
-    // still holds: `QueueSync.runState`); the result is unretained.
-    /// The operation whose node `task` is. Unretained: the runner borrows the queue
-    /// list's reference until `runnerDone` (see `Operation.queueSync.runState`).
+    // safety: `task` must be the `engineTask` of a live instance of `T` (node(of:)'s
+    // contract); the result is unretained, and the caller says what keeps it alive.
+    /// The object whose node `task` is.
     @inline(__always)
-    static func operation(of task: UnsafeMutablePointer<spindle_task>) -> Unmanaged<Operation> {
-        Unmanaged<Operation>.fromOpaque(UnsafeRawPointer(task) - headerSize)
+    static func object<T: AnyObject>(of task: UnsafeMutablePointer<spindle_task>, as type: T.Type) -> Unmanaged<T> {
+        Unmanaged<T>.fromOpaque(UnsafeRawPointer(task) - headerSize)
     }
 }
 
@@ -43,8 +43,8 @@ extension Unmanaged {
     /// safety: the caller guarantees the object stays alive for the whole call by some
     /// other reference or protocol (the queue holding itself, the list's reference, a
     /// lock its deinit takes). Used where a retain would be wrong, not only slow: on an
-    /// operation that may be in its deinit on another thread (FinishProtocol.swift,
-    /// F2), a retain and release would run that deinit twice. `body` must not capture
+    /// object that may be in its deinit on another thread (FinishProtocol.swift, F2), a
+    /// retain and release would run that deinit twice. `body` must not capture
     /// the object in an escaping closure.
     @inline(__always)
     func withGuaranteedReference<Result>(_ body: (Instance) throws -> Result) rethrows -> Result {
@@ -60,8 +60,9 @@ extension Unmanaged {
 /// safety: both closures are non-escaping arguments of this call, so their contexts
 /// outlive it; the engine borrows them only until `spindle_join` returns, before this
 /// call does. The C function must be compiled with `swiftcall` and `swift_context`,
-/// which clang provides on the platforms Swift runs on; `ThreadPool.joinPortable` is
-/// the fallback for a compiler without them (`-D SPINDLE_PORTABLE_JOIN`).
+/// which clang provides on the platforms Swift runs on; the portable join
+/// (`joinPortable`) is the fallback for a compiler without them
+/// (`-D SPINDLE_PORTABLE_JOIN`).
 @usableFromInline
 @_silgen_name("spindle_swift_fork_join")
 internal func _spindleSwiftForkJoin(_ pool: OpaquePointer, _ here: () -> Void, _ offered: () -> Void)

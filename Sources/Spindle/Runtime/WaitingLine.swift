@@ -1,6 +1,6 @@
 /// Tasks waiting, first come first served, for something granted under their owner's
-/// lock: a pool's admission slot (Pool/Admission.swift), a place in an OperationQueue
-/// (Operations/Internals/QueueAdmission.swift). Kept in the owner's locked state, so
+/// lock: a pool's admission slot (Admission.swift), a place in a queue
+/// (QueueAdmission.swift). Kept in the owner's locked state, so
 /// that deciding whether a newcomer may go ahead and joining the line are one step.
 ///
 /// Each waiter is resumed exactly once, by whoever takes it off the line: with what it

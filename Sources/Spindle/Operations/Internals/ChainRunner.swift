@@ -230,3 +230,14 @@ extension ChainRunner {
         precondition(rc == 0, "Spindle: a process-wide pool refused a completion block (engine bug, rc \(rc))")
     }
 }
+
+extension TaskNode {
+    // safety: `task` must be the `engineTask` of a live Operation, one the queue's list
+    // still holds (`QueueSync.runState`); the result is unretained.
+    /// The operation whose node `task` is. Unretained: the runner borrows the queue
+    /// list's reference until `runnerDone` (see `Operation.queueSync.runState`).
+    @inline(__always)
+    static func operation(of task: UnsafeMutablePointer<spindle_task>) -> Unmanaged<Operation> {
+        object(of: task, as: Operation.self)
+    }
+}
