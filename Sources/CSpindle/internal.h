@@ -516,9 +516,9 @@ spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index);
 
 /* ---- spawn.c ----------------------------------------------------------------------- */
 /* Starts a detached thread of the engine's own (the spawner, the monitor) running
- * `main_fn`, with a small stack and signals blocked but for the synchronous faults and
- * SIGPROF. 0 or pthread_create's error. */
-int spindle_start_service_thread(void *(*main_fn)(void *));
+ * `main_fn`, with a small stack (a worker's, with `worker_stack`) and signals blocked
+ * but for the synchronous faults and SIGPROF. 0 or pthread_create's error. */
+int spindle_start_service_thread(void *(*main_fn)(void *), bool worker_stack);
 /* Starts a service thread (spindle_start_service_thread) from the spawner, so that it
  * begins at the process's own CPUs, nice and policy; waits for it. 0 or the error. */
 int spindle_spawn_service_thread(void *(*main_fn)(void *));

@@ -51,9 +51,9 @@
  *     for the threads of all five, and
  *     pools a user creates from inside work would still inherit.
  *
- * Cost: one thread per process, asleep on a condition variable (with a 256 KiB stack,
- * of which it touches a few pages), and one hand-off per pool creation, small beside
- * starting the workers themselves.
+ * Cost: one thread per process, asleep on a condition variable (with a worker's stack,
+ * since it may become one, of which it touches a few pages), and one hand-off per pool
+ * creation, small beside starting the workers themselves.
  *
  * A process the system gives no worker thread (a thread limit, RLIMIT_NPROC or a
  * container's pids.max, already reached): the spawner is a thread that exists, so a
@@ -206,14 +206,17 @@ static void start_spare(const spawn_request *r) {
 static int start_spawner_locked(void);
 
 /* Answers every queued request with `rc`, when no spawner can be started to serve
- * them. Called with `lock` held. */
-static void fail_pending_locked(int rc) {
+ * them. Called with `lock` held; returns the spare requests, which the caller fails
+ * once it has let go of `lock` (spindle_spare_start_failed takes the idle lock, which
+ * is never taken before this one, and stays so). */
+static spawn_request *fail_pending_locked(int rc) {
+    spawn_request *spares = NULL;
     while (pending) {
         spawn_request *r = pending;
         pending = r->next;
         if (r->spare) {
-            spindle_spare_start_failed(r->pool, r->spare);
-            free(r);
+            r->next = spares;
+            spares = r;
             continue;
         }
         r->started = 0;
@@ -221,6 +224,7 @@ static void fail_pending_locked(int rc) {
         r->done = true;
     }
     pthread_cond_broadcast(&answered);
+    return spares;
 }
 
 /* SP1, the last worker. A process-wide pool of one worker whose thread the system refused
@@ -244,11 +248,18 @@ static bool becomes_the_worker(spawn_request *r, int rc) {
     r->done = true;
     pthread_cond_broadcast(&answered);
     running = false;
+    spawn_request *spares = NULL;
     if (pending) {
         int again = start_spawner_locked();
-        if (again) fail_pending_locked(again);
+        if (again) spares = fail_pending_locked(again);
     }
     pthread_mutex_unlock(&lock);
+    while (spares) {
+        spawn_request *next = spares->next;
+        spindle_spare_start_failed(spares->pool, spares->spare);
+        free(spares);
+        spares = next;
+    }
     spindle_log(SPINDLE_LOG_WARNING,
                 "the system refused every worker thread (%s): a process-wide pool runs on Spindle's spawner "
                 "thread, its only worker",
@@ -276,7 +287,7 @@ static void *spawner_main(void *arg) {
             continue;
         }
         uint32_t started = 0;
-        int rc = r->service ? spindle_start_service_thread(r->service) : start_workers(r, &started);
+        int rc = r->service ? spindle_start_service_thread(r->service, false) : start_workers(r, &started);
         if (rc && !r->service && becomes_the_worker(r, rc)) return NULL;
         pthread_mutex_lock(&lock);
         r->started = started;
@@ -295,17 +306,19 @@ static int start_spawner_locked(void) {
         if (rc) return rc;
         atfork_registered = true;
     }
-    int rc = spindle_start_service_thread(spawner_main);
+    int rc = spindle_start_service_thread(spawner_main, true);
     if (rc) return rc;
     running = true;
     return 0;
 }
 
-int spindle_start_service_thread(void *(*main_fn)(void *)) {
+int spindle_start_service_thread(void *(*main_fn)(void *), bool worker_stack) {
     pthread_attr_t attr;
     int rc = pthread_attr_init(&attr);
     if (rc) return rc;
-    pthread_attr_setstacksize(&attr, 256 * 1024);
+    /* A small stack, of which the thread touches a few pages; a worker's (the system's
+     * default), for the spawner, which may become one (SP1) and then runs user code. */
+    if (!worker_stack) pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     /* Signals blocked, around its creation (a thread inherits the mask), then ours
      * restored: a process that directs a signal to one thread (sigwait on SIGTERM, say)

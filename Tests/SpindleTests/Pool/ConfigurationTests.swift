@@ -245,6 +245,11 @@ final class ThreadLimitTests: XCTestCase {
         }
         queue.waitUntilAllOperationsAreFinished()
         XCTAssertEqual(ran.value, 5)
+        // Code that needs a worker's stack (a few MB deep): the spawner that runs it
+        // has one.
+        let deep = BlockOperation { XCTAssertEqual(starvedRecursion(20_000), 20_000) }
+        queue.addOperation(deep)
+        deep.waitUntilFinished()
         let pool = ThreadPool.shared
         let (a, b) = pool.run { pool.join({ 20 }, { 22 }) }
         XCTAssertEqual(a + b, 42)
@@ -291,6 +296,15 @@ final class SignalMaskTests: XCTestCase {
             XCTAssertNotEqual(mask & (1 << UInt64(SIGTERM - 1)), 0, "\(thread.name) should block SIGTERM")
         }
     }
+}
+
+/// Recursion `depth` frames deep, each holding a little stack: a few MB in all.
+@inline(never)
+private func starvedRecursion(_ depth: Int) -> Int {
+    var pad = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    pad.0 = depth
+    withUnsafeMutableBytes(of: &pad) { _ in } // keeps the frame's pad in memory
+    return depth == 0 ? 0 : 1 + starvedRecursion(depth - 1) + (pad.0 - depth)
 }
 
 /// An actor on the background class's executor, for ThreadLimitTests.
