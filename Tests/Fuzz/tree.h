@@ -4,12 +4,14 @@
  * directory in /dev/shm (or $TMPDIR). A field that is exactly "\x01" leaves the file
  * out, "\x02" makes it a directory; missing trailing fields leave their files out. Only
  * the files whose content changed since the last input are rewritten, so an execution
- * costs a file or two, not a tree.
+ * costs a file or two, not a tree. The tree is removed when the process exits.
  */
 #ifndef SPINDLE_FUZZ_TREE_H
 #define SPINDLE_FUZZ_TREE_H
 
 #include <errno.h>
+#include <ftw.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +47,23 @@ static void tree_remove(const char *full) {
     rmdir(full);
 }
 
+static int tree_unlink_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* The tree of this process, removed when it exits. */
+static char tree_root_to_remove[256];
+static void tree_remove_at_exit(void) {
+    if (tree_root_to_remove[0]) nftw(tree_root_to_remove, tree_unlink_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static void tree_init(tree *t, const char *name, const char *const *paths, size_t npaths) {
     const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(t->root, sizeof t->root, "%s/spindle-fuzz-%s-%d", base, name, (int)getpid());
     mkdir(t->root, 0755);
+    snprintf(tree_root_to_remove, sizeof tree_root_to_remove, "%s", t->root);
+    atexit(tree_remove_at_exit);
     t->paths = paths;
     t->npaths = npaths;
     memset(t->now, 0, sizeof t->now);
