@@ -75,11 +75,20 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
+/// Set by scripts/instructions.sh (SPINDLE_BENCH_INSTRUCTIONS=1): each timed region is
+/// marked for callgrind under "case/system/tasks" (BenchSupport/instructions.c).
+let countingInstructions = ProcessInfo.processInfo.environment["SPINDLE_BENCH_INSTRUCTIONS"] == "1"
+/// The case and system whose region runs next, for the label.
+nonisolated(unsafe) var instructionLabel = ""
+
 /// Runs `body` once; returns how long it took, in nanoseconds, and what it returned.
 func timed<T>(_ body: () throws -> T) rethrows -> (ns: Double, value: T) {
+    if countingInstructions { bench_instructions_begin() }
     let t0 = now()
     let v = try body()
-    return (Double(now() - t0), v)
+    let t1 = now()
+    if countingInstructions { bench_instructions_end(instructionLabel) }
+    return (Double(t1 - t0), v)
 }
 
 func progress(_ s: String) {
@@ -117,12 +126,16 @@ func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [
              _ allSystems: [SystemRun]) throws -> CaseResult {
     let systems = allSystems.filter { systemFilter == nil || systemFilter!.contains($0.name) || $0.name == reference }
     progress("[\(name)] warm-up")
-    for s in systems { _ = try s.run() }
+    for s in systems {
+        instructionLabel = "warm-up"
+        _ = try s.run()
+    }
     var samples = [String: [Double]]()
     for r in 0..<reps {
         let order = r % 2 == 0 ? systems : systems.reversed()
         for s in order {
             settle()
+            instructionLabel = "\(name)/\(s.name)/\(s.tasks ?? tasks)"
             let ns = try s.run()
             samples[s.name, default: []].append(ns / Double(s.tasks ?? tasks))
         }

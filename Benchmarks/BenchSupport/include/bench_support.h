@@ -33,4 +33,9 @@ void bench_handoff_destroy(bench_handoff *h);
  * its pause between systems (Harness.swift, settle). */
 void bench_consolidate_heap(void);
 
+/* Around a timed region, under callgrind (scripts/instructions.sh): counts it alone and
+ * dumps its count labelled `label`. No-ops elsewhere (instructions.c). */
+void bench_instructions_begin(void);
+void bench_instructions_end(const char *label);
+
 #endif
