@@ -247,7 +247,7 @@ final class ThreadLimitTests: XCTestCase {
         XCTAssertEqual(ran.value, 5)
         // Code that needs a worker's stack (a few MB deep): the spawner that runs it
         // has one.
-        let deep = BlockOperation { XCTAssertEqual(starvedRecursion(20_000), 20_000) }
+        let deep = BlockOperation { XCTAssertEqual(starvedRecursion(1_500), 1_500) }
         queue.addOperation(deep)
         deep.waitUntilFinished()
         let pool = ThreadPool.shared
@@ -298,13 +298,15 @@ final class SignalMaskTests: XCTestCase {
     }
 }
 
-/// Recursion `depth` frames deep, each holding a little stack: a few MB in all.
+/// Recursion `depth` frames deep, each holding 768 bytes of stack: about 1.5 MB at a
+/// depth of 1500, several times the 256 KiB of a service thread, and well within a
+/// worker's 8 MB even with a sanitizer's larger frames.
 @inline(never)
 private func starvedRecursion(_ depth: Int) -> Int {
-    var pad = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-    pad.0 = depth
-    withUnsafeMutableBytes(of: &pad) { _ in } // keeps the frame's pad in memory
-    return depth == 0 ? 0 : 1 + starvedRecursion(depth - 1) + (pad.0 - depth)
+    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 768) { pad in
+        pad.initialize(repeating: UInt8(truncatingIfNeeded: depth))
+        return depth == 0 ? 0 : 1 + starvedRecursion(depth - 1) + Int(pad[767]) - Int(UInt8(truncatingIfNeeded: depth))
+    }
 }
 
 /// An actor on the background class's executor, for ThreadLimitTests.
