@@ -116,7 +116,7 @@ func eventually(within seconds: Double = 10, _ condition: () -> Bool) -> Bool {
 /// Waits until every process-wide pool (the shared pool and each class's) is idle:
 /// nothing queued, no worker inside a task, twice in a row a millisecond apart. For a
 /// check that something did *not* happen: once the pools are idle nothing more runs
-/// until something new is submitted, so the check no longer depends on how long a
+/// until something new is submitted, so the check does not depend on how long a
 /// busy machine takes. False if they stay busy for `seconds`.
 @discardableResult
 func settle(within seconds: Double = 20) -> Bool {
