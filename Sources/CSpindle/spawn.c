@@ -364,15 +364,20 @@ int spindle_spawn_spare(spindle_pool *pool, spindle_worker *w) {
     return rc;
 }
 
+/* Queues `r` (with the caller's signal mask) and waits for the spawner's answer: 0, or
+ * the error. Called with `lock` held; holds it again on return. */
+static int request_locked(spawn_request *r) {
+    pthread_sigmask(SIG_SETMASK, NULL, &r->sigmask);
+    int rc = enqueue_locked(r);
+    if (rc) return rc;
+    while (!r->done) pthread_cond_wait(&answered, &lock);
+    return r->rc;
+}
+
 int spindle_spawn_service_thread(void *(*main_fn)(void *)) {
     spawn_request r = {.service = main_fn};
-    pthread_sigmask(SIG_SETMASK, NULL, &r.sigmask);
     pthread_mutex_lock(&lock);
-    int rc = enqueue_locked(&r);
-    if (rc == 0) {
-        while (!r.done) pthread_cond_wait(&answered, &lock);
-        rc = r.rc;
-    }
+    int rc = request_locked(&r);
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -380,12 +385,9 @@ int spindle_spawn_service_thread(void *(*main_fn)(void *)) {
 int spindle_spawn_workers(spindle_pool *pool, uint32_t *started) {
     spawn_request r = {.pool = pool, .affinity = pool->affinity,
                        .affinity_size = CPU_ALLOC_SIZE(SPINDLE_MAX_CPUS)};
-    pthread_sigmask(SIG_SETMASK, NULL, &r.sigmask);
     pthread_mutex_lock(&lock);
-    int rc = enqueue_locked(&r);
-    if (rc == 0) {
-        while (!r.done) pthread_cond_wait(&answered, &lock);
-        rc = r.rc;
+    int rc = request_locked(&r);
+    if (r.done) {
         /* A pool that inherits the baseline inherits the spawner's failure to reach it. */
         if (pool->requested_nice == SPINDLE_NICE_INHERIT && baseline_nice_error)
             spindle_report_first_error(&pool->nice_error, baseline_nice_error);

@@ -32,14 +32,6 @@ static const char *const paths[] = {
 
 static tree fake;
 
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "fuzz_cgroup: broken promise: %s (line %d)\n", #cond, __LINE__); \
-            abort();                                                                \
-        }                                                                           \
-    } while (0)
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     tree_init(&fake, "cgroup", paths, sizeof paths / sizeof paths[0]);

@@ -21,6 +21,16 @@
 
 #define TREE_MAX_PATHS 64
 
+/* A promise of the reader under test; a broken one aborts, which libFuzzer reports with
+ * the input. */
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "broken promise: %s (%s:%d)\n", #cond, __FILE__, __LINE__);      \
+            abort();                                                                       \
+        }                                                                                  \
+    } while (0)
+
 typedef struct tree {
     char root[256];
     const char *const *paths;
