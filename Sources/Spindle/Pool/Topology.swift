@@ -73,7 +73,7 @@ public struct Topology: Sendable {
 
     /// Plans `workers` workers (nil: one per usable CPU) on the given nodes (nil: all).
     public func plan(workers: Int? = nil, pinning: ThreadPool.Pinning = .node, nodes nodeIDs: [Int]? = nil) throws -> PlacementPlan {
-        let most = Int(ThreadPool.maxWorkers)
+        let most = ThreadPool.maxWorkers
         if let w = workers, w < 1 || w > most { throw Error.invalidPlan("workers must be in 1...\(most), got \(w)") }
         if let ids = nodeIDs {
             for id in ids where !nodes.contains(where: { $0.id == id }) {
