@@ -369,6 +369,11 @@ struct spindle_pool {
      * that failed): what its unpinned workers may use, and what pools created by its
      * workers are planned for. Fixed at creation. */
     cpu_set_t *affinity;
+#ifdef SPINDLE_TESTING
+    /* 1 while a test holds the pool's workers (seams.c, spindle_seam_hold); a futex
+     * word, woken when the hold is lifted. */
+    _Atomic uint32_t test_hold;
+#endif
 };
 
 /* ---- worker.c ---------------------------------------------------------------------- */
@@ -386,6 +391,9 @@ __attribute__((always_inline)) static inline bool spindle_worker_past_floor(cons
 }
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
+
+/* promote.c, PR4: decides once whether the asymmetric barrier can use membarrier. */
+void spindle_barrier_init(void);
 
 /* ---- seams.c: test seams, in debug builds only (SPINDLE_TESTING) -------------------- */
 #ifdef SPINDLE_TESTING
@@ -405,7 +413,16 @@ static inline size_t spindle_seam_join_floor(void) {
 static inline uint64_t spindle_seam_latch_wake_delay(void) {
     return atomic_load_explicit(&spindle_test_latch_wake_delay, memory_order_relaxed);
 }
+void spindle_seam_wait_while_held(spindle_pool *pool);
+/* A worker of a held pool waits here, with the task it took, before running it.
+ * Relaxed: a task submitted after the hold was set reaches the worker through its
+ * queue's release and acquire, which order the hold's store before this load; the wait
+ * re-reads the word with acquire before the worker goes on. */
+static inline void spindle_seam_hold(spindle_pool *pool) {
+    if (atomic_load_explicit(&pool->test_hold, memory_order_relaxed)) spindle_seam_wait_while_held(pool);
+}
 #else
+static inline void spindle_seam_hold(spindle_pool *pool) { (void)pool; }
 static inline size_t spindle_seam_join_floor(void) { return 0; }
 static inline uint64_t spindle_seam_latch_wake_delay(void) { return 0; }
 static inline void spindle_test_record_join_wait(size_t used) { (void)used; }

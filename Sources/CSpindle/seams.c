@@ -1,11 +1,13 @@
 /*
  * seams.c — the engine's test seams: knobs that tests set (through CSpindleTesting's
- * testing.c) and the engine reads at a few rare points (a worker's start, a join
- * setter's wake, a pool's thread starts). Compiled only where SPINDLE_TESTING is
+ * testing.c) and the engine reads at a few points (a worker's start, a join setter's
+ * wake, a pool's thread starts, a task's run). Compiled only where SPINDLE_TESTING is
  * defined, which Package.swift does for debug builds; in a release build each seam is
  * a constant (internal.h), so no production path reads test state.
  */
 #include "internal.h"
+
+#include <limits.h>
 
 #ifdef SPINDLE_TESTING
 
@@ -35,6 +37,26 @@ bool spindle_test_thread_allowed(uint32_t started) {
 
 void spindle_test_limit_threads(int32_t limit) {
     atomic_store_explicit(&thread_limit, limit, memory_order_relaxed);
+}
+
+/* A held pool (spindle_test_hold_pool) stands for a pool whose workers are all busy,
+ * without needing them to run: a worker that takes a task waits before running it
+ * until the hold is lifted. The tests of promotion use it for the background class,
+ * whose SCHED_IDLE workers a busy machine may keep off the CPU for seconds, so that
+ * "busy with spinning tasks" could not be arranged in a bounded time. */
+void spindle_seam_wait_while_held(spindle_pool *pool) {
+    /* Acquire pairs with the release store that lifts the hold: what the test did
+     * before lifting it is visible to the task about to run. */
+    while (atomic_load_explicit(&pool->test_hold, memory_order_acquire) != 0)
+        spindle_futex_wait(&pool->test_hold, 1);
+}
+
+void spindle_test_hold_pool(spindle_pool *pool, bool hold) {
+    /* Release: see spindle_seam_wait_while_held. Setting the hold needs no order: a
+     * worker that reads it late runs the task it had already taken, which the caller
+     * must allow for (the pool idle first, or the tasks that matter submitted after). */
+    atomic_store_explicit(&pool->test_hold, hold ? 1u : 0u, memory_order_release);
+    if (!hold) spindle_futex_wake(&pool->test_hold, INT_MAX);
 }
 
 #else

@@ -86,6 +86,9 @@ static inline void bump(_Atomic uint64_t *c, uint64_t n) {
 }
 
 void spindle_run_task(spindle_worker *w, spindle_task *t) {
+    /* Tests: a held pool's worker waits here, before `executed` counts the task, so the
+     * monitor sees it outside any task and counts nobody out (seams.c). */
+    spindle_seam_hold(w->pool);
     /* Acquire pairs with destroy's seq_cst store of the mode; a task dequeued after the
      * pool switched to CANCEL is cancelled (it has not started). */
     int mode = atomic_load_explicit(&w->pool->shutdown, memory_order_acquire);

@@ -104,6 +104,13 @@ int spindle_test_numa_reload(const char *soname);
  *  with EAGAIN, as under a thread limit. -1 lifts the limit. Tests only. */
 void spindle_test_limit_threads(int32_t limit);
 
+/** While held, a worker of `pool` (spares included) that takes a task waits before
+ *  running it, outside the task as the monitor sees it, until the hold is lifted. It
+ *  stands for "every worker is busy" without needing the workers to get a CPU. A task a
+ *  worker was already running when the hold began runs on. Lift the hold before the
+ *  pool shuts down. Tests only. */
+void spindle_test_hold_pool(spindle_pool *pool, bool hold);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */

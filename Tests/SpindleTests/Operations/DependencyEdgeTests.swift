@@ -52,11 +52,12 @@ final class DependencyEdgeTests: XCTestCase {
             let box = UncheckedBox(a)
             let t = Thread {
                 go.add(1, ordering: .acquiringAndReleasing)
-                while go.load(ordering: .acquiring) < 2 {}
+                // Yielding: on a busy machine the other side may be waiting for this CPU.
+                while go.load(ordering: .acquiring) < 2 { sched_yield() }
                 box.value.start()
             }
             t.start()
-            while go.load(ordering: .acquiring) < 1 {}
+            while go.load(ordering: .acquiring) < 1 { sched_yield() }
             go.add(1, ordering: .acquiringAndReleasing)
             b = nil
             a.waitUntilFinished()

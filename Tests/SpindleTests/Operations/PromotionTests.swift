@@ -1,4 +1,5 @@
 import CSpindle
+import CSpindleTesting
 import Dispatch
 import Foundation
 import Synchronization
@@ -9,10 +10,12 @@ import XCTest
 /// A higher class never waits on a lower one: what a higher class depends on or waits
 /// for is promoted to it (Promotion.swift, P1-P7).
 ///
-/// None of these tests depends on timing. The background workers are kept busy by
-/// tasks that spin until released (a spinning worker is on its CPU, so no spare worker
-/// stands in for it): without promotion, background work queued behind them never
-/// runs, and the wait for it ends only at its generous deadline, as a failure.
+/// None of these tests depends on timing. The background workers are held (the engine's
+/// test seam `spindle_test_hold_pool`): a worker that takes a task waits before running
+/// it, as if every worker were busy. Without promotion, background work never runs, and
+/// the wait for it ends only at its generous deadline, as a failure. The hold needs no
+/// background worker to get a CPU, which a busy machine may deny SCHED_IDLE threads for
+/// seconds at a time.
 final class PromotionTests: XCTestCase {
     /// The thread an operation ran on, as it saw itself.
     struct Seen: Sendable, Equatable {
@@ -32,6 +35,10 @@ final class PromotionTests: XCTestCase {
         var first: Seen? { seen.locked { $0.first } }
     }
 
+    /// How long to wait for what only a background worker can do: a busy machine may keep
+    /// a SCHED_IDLE thread off the CPU for tens of seconds.
+    static let backgroundPatience: Double = 300
+
     /// What `qos`'s own workers run at, as a `Seen` without the name's index.
     func expected(_ qos: QualityOfService) -> (prefix: String, policy: Int, nice: Int) {
         let pool = ThreadPool.forQualityOfService(qos)
@@ -47,24 +54,13 @@ final class PromotionTests: XCTestCase {
         XCTAssertEqual(s.nice, e.nice, "\(what)'s nice", file: file, line: line)
     }
 
-    /// Keeps every worker of `qos`'s pool spinning until the returned closure is called.
-    func occupy(_ qos: QualityOfService) throws -> @Sendable () -> Void {
+    /// Holds every worker of `qos`'s pool until the returned closure is called: what
+    /// they take from now on, they do not run. A task of an earlier test that one of
+    /// them had already taken may still run; none of this test's can.
+    func holdWorkers(of qos: QualityOfService) -> @Sendable () -> Void {
         let pool = ThreadPool.forQualityOfService(qos)
-        let flag = Flag()
-        for _ in 0..<pool.workerCount {
-            try pool.submit {
-                flag.started.add(1, ordering: .relaxed)
-                while !flag.released.load(ordering: .acquiring) { sched_yield() }
-            }
-        }
-        XCTAssertTrue(eventually(within: 60) { flag.started.load(ordering: .relaxed) == pool.workerCount },
-                      "the \(qos) workers did not all start")
-        return { flag.released.store(true, ordering: .releasing) }
-    }
-
-    final class Flag: Sendable {
-        let released = Atomic<Bool>(false)
-        let started = Atomic<Int>(0)
+        spindle_test_hold_pool(pool.raw, true)
+        return { spindle_test_hold_pool(pool.raw, false) }
     }
 
     func wait(_ s: DispatchSemaphore, _ what: String, file: StaticString = #filePath, line: UInt = #line) {
@@ -106,7 +102,7 @@ final class PromotionTests: XCTestCase {
     /// the background one moves to the higher class's workers (P3, P5), and still reads
     /// back the class it was given (P1).
     func testAQueuedDependencyOfAnInteractiveOperationRunsAtTheInteractiveClass() throws {
-        let release = try occupy(.background)
+        let release = holdWorkers(of: .background)
         defer { release() }
         let r = Recorder()
         let b = BlockOperation { r.record() }
@@ -120,7 +116,7 @@ final class PromotionTests: XCTestCase {
     /// The same when the dependent's class is its queue's: the promotion happens when
     /// the dependent is added (P3).
     func testADependentsQueueClassPromotesItsDependencyWhenItIsAdded() throws {
-        let release = try occupy(.background)
+        let release = holdWorkers(of: .background)
         defer { release() }
         let r = Recorder()
         let b = BlockOperation { r.record() }
@@ -140,7 +136,7 @@ final class PromotionTests: XCTestCase {
     /// not ready yet when promoted (it is dispatched at the promoted class), and each
     /// runs once.
     func testPromotionReachesTheDependenciesOfADependency() throws {
-        let release = try occupy(.background)
+        let release = holdWorkers(of: .background)
         defer { release() }
         let rc = Recorder(), rb = Recorder()
         let c = BlockOperation { rc.record() }
@@ -180,7 +176,7 @@ final class PromotionTests: XCTestCase {
     /// The same for a custom asynchronous subclass, and transitively through a custom
     /// synchronous one: what the queue starts runs at the promoted class.
     func testCustomAndAsynchronousSubclassesArePromoted() throws {
-        let release = try occupy(.background)
+        let release = holdWorkers(of: .background)
         defer { release() }
         final class Sync: Operation, @unchecked Sendable {
             let recorder: Recorder
@@ -202,7 +198,7 @@ final class PromotionTests: XCTestCase {
     /// Raising a queued operation's class moves it in place (P3, P5); it reads back the
     /// new class.
     func testRaisingAQueuedOperationsClassMovesItToThatClassesWorkers() throws {
-        let release = try occupy(.background)
+        let release = holdWorkers(of: .background)
         defer { release() }
         let r = Recorder()
         let done = DispatchSemaphore(value: 0)
@@ -227,7 +223,7 @@ final class PromotionTests: XCTestCase {
     /// In a serial queue, an operation of a higher class added behind lower-class ones
     /// raises them: it waits for them (P2, P3). They still run in order.
     func testAnInteractiveOperationRaisesTheOperationsAheadOfItInASerialQueue() throws {
-        let release = try occupy(.background)
+        let release = holdWorkers(of: .background)
         defer { release() }
         let q = backgroundQueue()
         q.maxConcurrentOperationCount = 1
@@ -251,7 +247,7 @@ final class PromotionTests: XCTestCase {
     /// A thread of a higher class that waits promotes what it waits for to its class:
     /// a Spindle worker's class, or the class the program gave a Foundation thread.
     func testABlockingWaitPromotesToTheWaitingThreadsClass() throws {
-        let release = try occupy(.background)
+        let release = holdWorkers(of: .background)
         defer { release() }
         // From a userInitiated worker.
         let r1 = Recorder()
@@ -278,7 +274,7 @@ final class PromotionTests: XCTestCase {
     /// `finished()` and `allOperationsFinished()` promote from the awaiting task's
     /// priority.
     func testQueueWaitsAndAsyncWaitsPromote() async throws {
-        let release = try occupy(.background)
+        let release = holdWorkers(of: .background)
         defer { release() }
         // The queue's wait, from a userInitiated worker.
         let q = backgroundQueue()
@@ -357,7 +353,8 @@ final class PromotionTests: XCTestCase {
             seen.locked { $0 = .here() }
         }
         backgroundQueue().addOperation(b)
-        XCTAssertTrue(eventually(within: 60) { tid.load(ordering: .acquiring) != 0 }, "the background operation did not start")
+        XCTAssertTrue(eventually(within: Self.backgroundPatience) { tid.load(ordering: .acquiring) != 0 },
+                      "the background operation did not start")
         let u = BlockOperation {}
         u.qualityOfService = .userInteractive
         u.addDependency(b)
@@ -368,7 +365,7 @@ final class PromotionTests: XCTestCase {
         go.store(true, ordering: .releasing)
         XCTAssertEqual(finished, .success, "the interactive operation did not finish")
         // Not `waitUntilFinished`, which would promote it again.
-        XCTAssertTrue(eventually(within: 60) { seen.locked { $0 } != nil })
+        XCTAssertTrue(eventually(within: Self.backgroundPatience) { seen.locked { $0 } != nil })
         return (tid.load(ordering: .acquiring), seen.locked { $0 } ?? Seen(name: "", policy: -1, nice: -99))
     }
 
