@@ -504,6 +504,8 @@ static int start_pool(spindle_pool *pool) {
 int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     if (!out) return EINVAL;
     *out = NULL;
+    /* Before any pool exists, so before any dispatch reads its result (promote.c, PR4). */
+    spindle_barrier_init();
     spindle_config cfg;
     int rc = validate(cfg_in, &cfg);
     if (rc) return rc;

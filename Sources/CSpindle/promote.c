@@ -26,12 +26,32 @@
  *      reports the refusal either way, so the façade can say what a promotion did not
  *      get.
  *
+ * PR4. The asymmetric barrier (spindle_sync.h). The dispatcher of an operation marks
+ *      it submitted and then looks at its promotion floor; a promoter raises the floor
+ *      and then looks at the mark (Promotion.swift, P7). Each side needs a store-load
+ *      barrier, or a dispatcher that read the old floor and a promoter that read no
+ *      mark would both let the operation wait at its old class. The dispatcher runs on
+ *      every operation and the promoter almost never, so the cost goes to the promoter:
+ *      membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) interrupts every CPU that runs a
+ *      thread of the process and has it execute a full barrier, so a dispatcher whose
+ *      two accesses only the compiler keeps in order either finished both before the
+ *      promoter's barrier — then the promoter's look sees the mark — or makes its look
+ *      after it, and sees the floor (the kernel's own argument for the command:
+ *      membarrier(2); Documentation/scheduler/membarrier.rst). This is folly's
+ *      asymmetricHeavyBarrier and the pairing of userspace RCU's fast path. Where the
+ *      command is missing (before Linux 4.14) or refused (a seccomp filter), the light
+ *      side is a full fence and the heavy one too: the plain Dekker pair.
+ *
  * Rejected: re-nicing the whole process, or raising RLIMIT_NICE's soft limit to its
- * hard one on the program's behalf. Both change what the program set for itself.
+ * hard one on the program's behalf. Both change what the program set for itself. And,
+ * for PR4, a seq_cst mark on every dispatch: a locked instruction on the path of every
+ * operation, to serve a race that a promotion rarely meets.
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -116,4 +136,33 @@ int spindle_thread_class_of_caller(int32_t *nice) {
     int policy = sched_getscheduler(0) & ~SCHED_RESET_ON_FORK;
     return policy == SCHED_IDLE ? SPINDLE_POLICY_IDLE : policy == SCHED_BATCH ? SPINDLE_POLICY_BATCH
                                                                                : SPINDLE_POLICY_NORMAL;
+}
+
+/* ---- PR4: the asymmetric barrier ------------------------------------------------------- */
+
+/* True until membarrier is known to work: the safe answer for a dispatcher that runs
+ * before spindle_barrier_init (none does: every dispatch goes to a pool, and every pool's
+ * creation runs the init first, which orders it before the pool is handed out). */
+bool spindle_barrier_light_fences = true;
+static bool membarrier_ready;
+static pthread_once_t barrier_once = PTHREAD_ONCE_INIT;
+
+static void barrier_init(void) {
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return;
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0) return;
+    membarrier_ready = true;
+    /* Relaxed: pthread_once orders this before every pool's creation returns, and so
+     * before any dispatch, and before every heavy barrier (which runs the once too). */
+    __atomic_store_n(&spindle_barrier_light_fences, false, __ATOMIC_RELAXED);
+}
+
+void spindle_barrier_init(void) { pthread_once(&barrier_once, barrier_init); }
+
+void spindle_barrier_heavy(void) {
+    spindle_barrier_init();
+    if (membarrier_ready && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+    /* Without membarrier the light side fences too. (Once registered, the command has
+     * no failure that membarrier(2) lists; the fence is what is left to do if it did.) */
+    atomic_thread_fence(memory_order_seq_cst);
 }

@@ -57,6 +57,28 @@ void spindle_latch_wait(spindle_latch *latch);
  *  nested task would run inside the waiter's critical sections and thread-local state. */
 void spindle_latch_wait_blocking(spindle_latch *latch);
 
+/*
+ * Asymmetric barrier
+ * ------------------
+ * A store-load barrier between a frequent side and a rare one (promote.c, PR4), for a
+ * Dekker pair in which one side runs on every operation and the other almost never.
+ * The frequent side calls spindle_barrier_light() between its store and its load; the
+ * rare side calls spindle_barrier_heavy() between its own. Where the kernel offers
+ * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), the light barrier only keeps the
+ * compiler from moving the two accesses, and the heavy one makes every running thread
+ * of the process execute a full barrier; elsewhere both are full fences.
+ */
+/** Engine-owned: whether the light barrier must be a full fence. */
+extern bool spindle_barrier_light_fences;
+static inline __attribute__((always_inline)) void spindle_barrier_light(void) {
+    /* Relaxed: written once, before the first pool exists (promote.c). */
+    if (__builtin_expect(__atomic_load_n(&spindle_barrier_light_fences, __ATOMIC_RELAXED), 0))
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    else
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+void spindle_barrier_heavy(void);
+
 /** ThreadSanitizer annotations for locks TSan cannot see (Swift's Synchronization.Mutex
  *  is implemented in a library built without TSan): `acquire` after taking such a lock,
  *  `release` before dropping it, with the same address. No-ops unless the process runs

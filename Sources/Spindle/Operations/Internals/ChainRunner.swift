@@ -151,6 +151,7 @@ enum ChainRunner {
     /// thread's continuation slot.
     static func submit(_ op: Operation, pool: OpaquePointer, rank: UInt8) {
         op.markSubmitted(rank: rank)
+        op.recheckFloorAfterMark(rank: rank)
         if continueOnThisThread(op, pool: pool) { return }
         submitToPool(op, pool: pool)
     }

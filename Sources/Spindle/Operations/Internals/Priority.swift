@@ -5,7 +5,8 @@
 // queue that is not serial takes the level Foundation derives from its quality of
 // service. `qualityOfService` (or the older `threadPriority`) picks the pool the
 // operation runs on: one worker set per class, at the class's nice value
-// (Pool/QoSPools.swift).
+// (Pool/QoSPools.swift). `ClassRank` numbers the classes in their order, for promotion
+// (Promotion.swift), which compares them.
 
 extension Operation {
     static let priorityUnset = Int.min
@@ -60,5 +61,41 @@ extension Operation {
             }
         }
         return queueDefault
+    }
+}
+
+/// A quality-of-service class as a number that orders: 1 background … 5
+/// userInteractive; 0 means none.
+enum ClassRank {
+    static func of(_ qos: QualityOfService) -> UInt8 {
+        switch qos {
+        case .background: return 1
+        case .utility: return 2
+        case .userInitiated: return 4
+        case .userInteractive: return 5
+        default: return 3
+        }
+    }
+
+    static func qos(_ rank: UInt8) -> QualityOfService {
+        switch rank {
+        case 1: return .background
+        case 2: return .utility
+        case 4: return .userInitiated
+        case 5: return .userInteractive
+        default: return .default
+        }
+    }
+
+    /// The class of a task priority. Swift's priorities share Dispatch's QoS values:
+    /// high and userInitiated 25, medium 21, low and utility 17, background 9.
+    static func of(_ priority: TaskPriority) -> UInt8 {
+        switch priority.rawValue {
+        case 33...: return 5
+        case 25...: return 4
+        case 21...: return 3
+        case 17...: return 2
+        default: return 1
+        }
     }
 }

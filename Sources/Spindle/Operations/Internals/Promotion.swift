@@ -51,12 +51,19 @@ import Synchronization
 //     runner ends with an exchange to DONE; when it finds the bit, it takes the
 //     operation's lock — waiting out a promoter still in its system call — and takes
 //     back its own pool's priority before it runs anything else.
-// P7. The raise and the claim are a Dekker pair (seq_cst on both sides): a promoter
-//     raises the floor, then reads the word; a runner claims, then reads the floor.
-//     Either the promoter sees SUBMITTED (and moves it) or RUNNING (and boosts it), or
-//     the runner sees the new floor and boosts itself (under the lock, as P6). So a
-//     dispatcher that read the floor before the raise, and submitted at the old class,
-//     strands nothing.
+// P7. Two Dekker pairs keep a raise from being missed. A promoter raises the floor,
+//     then reads the word. (a) A runner claims, then reads the floor (seq_cst on both
+//     sides): either the promoter sees RUNNING (and boosts it), or the runner sees the
+//     new floor and boosts itself (under the lock, as P6). (b) The dispatcher marks
+//     SUBMITTED, then reads the floor again: either the promoter sees SUBMITTED (and
+//     moves it), or the dispatcher sees the new floor and moves it itself. Without (b),
+//     a dispatcher that read the floor before the raise, and a promoter that read the
+//     word before the mark, would leave the run queued at the old class, behind all of
+//     that class's backlog, until one of its workers came to claim it. The dispatcher
+//     runs for every operation, so (b) uses the asymmetric barrier (promote.c, PR4):
+//     the dispatcher pays a compiler barrier, the promoter a membarrier, once per
+//     promotion walk. Tests/Models/promotion.pml checks P4-P7 over every
+//     interleaving of a dispatch, two promoters and the runners.
 //
 // Rejected:
 // - Re-queueing a submitted operation instead of copying it. Taking a task back out of
@@ -66,42 +73,6 @@ import Synchronization
 //   per task, and an unprivileged thread cannot lower its nice again (spawn.c).
 // - A persistent floor on the queue. The operations a promoted queue would run higher
 //   are those behind the higher-class one; none of them is waited for.
-
-/// A quality-of-service class as a number that orders: 1 background … 5
-/// userInteractive; 0 means none.
-enum ClassRank {
-    static func of(_ qos: QualityOfService) -> UInt8 {
-        switch qos {
-        case .background: return 1
-        case .utility: return 2
-        case .userInitiated: return 4
-        case .userInteractive: return 5
-        default: return 3
-        }
-    }
-
-    static func qos(_ rank: UInt8) -> QualityOfService {
-        switch rank {
-        case 1: return .background
-        case 2: return .utility
-        case 4: return .userInitiated
-        case 5: return .userInteractive
-        default: return .default
-        }
-    }
-
-    /// The class of a task priority. Swift's priorities share Dispatch's QoS values:
-    /// high and userInitiated 25, medium 21, low and utility 17, background 9.
-    static func of(_ priority: TaskPriority) -> UInt8 {
-        switch priority.rawValue {
-        case 33...: return 5
-        case 25...: return 4
-        case 21...: return 3
-        case 17...: return 2
-        default: return 1
-        }
-    }
-}
 
 /// `Operation.execWord` (P4): state in bits 0-2, the class it was submitted at in 3-5,
 /// the class it is at now (moved to, or running at) in 6-8, the boosted bit, and the
@@ -151,6 +122,15 @@ extension Operation {
     /// Promotes this operation and what it waits for to `rank` (P2). `walkQueue`:
     /// false for an operation reached through its queue.
     func promote(to rank: UInt8, walkQueue: Bool = true) {
+        var raised = RaisedRuns()
+        raiseFloors(to: rank, walkQueue: walkQueue, into: &raised)
+        raised.promoteRuns(to: rank)
+    }
+
+    /// P2's walk: raises the floor of this operation and of what it waits for to
+    /// `rank`, and collects the operations whose floor rose, whose runs `raised` then
+    /// moves or boosts.
+    func raiseFloors(to rank: UInt8, walkQueue: Bool, into raised: inout RaisedRuns) {
         // Already there (P2's stop), before the work list is allocated: the usual case
         // for every operation but the first of a chain.
         guard rank > 0, promotedRank.load(ordering: .relaxed) < rank else { return }
@@ -161,7 +141,7 @@ extension Operation {
         while let (op, viaQueue) = first ?? work.popLast() {
             first = nil
             if op.finishHandled.load(ordering: .acquiring) || !op.raiseFloor(to: rank) { continue }
-            op.promoteRun(to: rank)
+            raised.append(op)
             // An operation in no queue cannot start: its dependencies are promoted when
             // it is added (A5, at its class then, which includes this floor). A Dekker
             // pair with the add: our floor RMW, then this load of its queue word; the
@@ -340,6 +320,19 @@ extension Operation {
         }
     }
 
+    /// P7's second pair, the dispatcher's side: after the mark, a look at the floor.
+    /// A promoter that raised it before the mark may have found no run to move; then
+    /// the dispatcher moves it (or boosts it, if a runner has claimed it already).
+    @inline(__always)
+    func recheckFloorAfterMark(rank: UInt8) {
+        spindle_barrier_light()
+        let floor = promotedRank.load(ordering: .relaxed)
+        if floor > rank { promoteRunLate(to: floor) }
+    }
+
+    @inline(never)
+    func promoteRunLate(to rank: UInt8) { promoteRun(to: rank) }
+
     /// P5: a task on `rank`'s pool that claims and runs this operation, holding it.
     func submitCopy(at rank: UInt8) {
         let task = ClosureTask.make { [self] in
@@ -406,7 +399,30 @@ extension OperationQueue {
             }
             return out
         }
-        for op in below { op.promote(to: rank, walkQueue: false) }
+        var raised = RaisedRuns()
+        for op in below { op.raiseFloors(to: rank, walkQueue: false, into: &raised) }
+        raised.promoteRuns(to: rank)
+    }
+}
+
+/// The operations whose floor a promotion raised, whose runs it then moves or boosts
+/// (P5, P6). Behind one heavy barrier for all of them (P7): the floors are raised
+/// first, then the barrier, then each run's word is read.
+struct RaisedRuns {
+    // The first without an array: most promotions raise one operation.
+    private var first: Operation?
+    private var rest: [Operation] = []
+
+    mutating func append(_ op: Operation) {
+        if first == nil { first = op } else { rest.append(op) }
+    }
+
+    func promoteRuns(to rank: UInt8) {
+        guard let first else { return }
+        // P7's second pair, the promoter's side: the raises, then a look at each word.
+        spindle_barrier_heavy()
+        first.promoteRun(to: rank)
+        for op in rest { op.promoteRun(to: rank) }
     }
 }
 
