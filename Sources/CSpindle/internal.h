@@ -392,6 +392,9 @@ __attribute__((always_inline)) static inline bool spindle_worker_past_floor(cons
 /* Records `err` in a pool's report `slot` unless an earlier failure did: first wins. */
 void spindle_report_first_error(_Atomic int *slot, int err);
 
+/* worker.c, W7: gives every regular worker of `pool` its policy; by the pool's creator,
+ * once they are all ready. */
+void spindle_workers_take_policy(spindle_pool *pool);
 /* promote.c, PR4: decides once whether the asymmetric barrier can use membarrier. */
 void spindle_barrier_init(void);
 

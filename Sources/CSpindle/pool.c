@@ -483,7 +483,8 @@ static int make_pool(const spindle_config *cfg, const pool_plan *pp, spindle_poo
 /* Step 4: the workers, started by the process's spawner, not by this thread, so that
  * they begin at the process's own policy and nice rather than ours (spawn.c). Returns
  * once every worker has named itself and applied its nice, so that the nice report is
- * final. On failure the pool is stopped and freed. */
+ * final, and has been given the pool's policy by this thread (worker.c, W7). On
+ * failure the pool is stopped and freed. */
 static int start_pool(spindle_pool *pool) {
     uint32_t started = 0;
     int rc = spindle_spawn_workers(pool, &started);
@@ -498,6 +499,7 @@ static int start_pool(spindle_pool *pool) {
         if (r == pool->nworkers) break;
         spindle_futex_wait(&pool->ready, r);
     }
+    spindle_workers_take_policy(pool);
     return 0;
 }
 

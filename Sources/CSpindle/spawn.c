@@ -22,7 +22,7 @@
  * the process's own policy and nice — the main thread's, which is what `nice`,
  * `renice -p` and `chrt` set — and sleeps until asked for threads. Every worker is its
  * child, so it begins at the process's baseline whoever created its pool, and then
- * moves to its pool's nice and policy (worker.c, apply_priority). A worker thus only
+ * moves to its pool's nice and policy (worker.c, apply_priority and W7). A worker thus only
  * ever moves away from the baseline, which needs privilege exactly when the pool asks
  * for a nice below the process's (normally: a negative one) — the one refusal the pool
  * already reports.

@@ -56,6 +56,14 @@
  *       spare stands in for it, and the Dekker pairing of park.c is untouched. The
  *       raise stores the limit and then bumps `retire_seq`; the worker reads the word,
  *       then the limit, then waits on the word's value, so a raise is never missed.
+ *   W7  A regular worker of a pool with a policy of its own (SCHED_IDLE, SCHED_BATCH)
+ *       leaves the policy to the thread creating the pool, which sets it once the
+ *       worker has counted itself ready (spindle_workers_take_policy). A thread that
+ *       makes itself SCHED_IDLE is preempted by any other runnable thread, and on a
+ *       busy machine may not run again for seconds: its count, and with it the pool's
+ *       creation — often the first use of the background class, on a thread that must
+ *       not wait — would wait as long. A spare, whose start nobody waits for, sets its
+ *       own (apply_priority).
  */
 #include "internal.h"
 
@@ -322,39 +330,56 @@ typedef struct spindle_sched_attr {
  * preempts at once (the `latency` case of the benchmark). The cost is more preemption of the workers under
  * contention, which is also what lets interactive work in. Public so that the
  * benchmark's bare hand-off (`qos-under-load`'s handoff-floor) runs the same code. */
-int spindle_thread_request_slice(uint32_t ns) {
+/* Asks for a time slice of `ns` for thread `tid` (0: the caller), keeping its policy and
+ * nice. 0 or the kernel's errno. */
+static int request_slice(pid_t tid, uint32_t ns) {
     spindle_sched_attr attr;
     memset(&attr, 0, sizeof attr);
     attr.size = sizeof attr;
-    attr.sched_policy = (uint32_t)sched_getscheduler(0);
-    /* who 0: the calling thread's nice on Linux (as in park.c, outranks_caller). */
-    attr.sched_nice = getpriority(PRIO_PROCESS, 0);
+    attr.sched_policy = (uint32_t)sched_getscheduler(tid);
+    attr.sched_nice = getpriority(PRIO_PROCESS, (id_t)tid); /* who 0: the calling thread */
     attr.sched_runtime = ns;
-    return syscall(SYS_sched_setattr, 0, &attr, 0) == 0 ? 0 : errno;
+    return syscall(SYS_sched_setattr, tid, &attr, 0) == 0 ? 0 : errno;
 }
 
-/* Applies the pool's scheduling policy and nice value to the calling worker thread and
- * records, from worker 0, what it actually got. On Linux both are per-thread
+int spindle_thread_request_slice(uint32_t ns) { return request_slice(0, ns); }
+
+/* Sets the pool's policy (SCHED_IDLE or SCHED_BATCH) on thread `tid` (0: the caller),
+ * and then its slice, which a change of policy resets; failures go to the pool's
+ * reports. */
+static void set_policy(spindle_pool *pool, pid_t tid) {
+    struct sched_param param = {.sched_priority = 0};
+    int policy = pool->requested_policy == SPINDLE_POLICY_IDLE ? SCHED_IDLE : SCHED_BATCH;
+    if (sched_setscheduler(tid, policy, &param) != 0) {
+        spindle_report_first_error(&pool->policy_error, errno);
+        return;
+    }
+    if (pool->requested_slice_ns) {
+        int err = request_slice(tid, pool->requested_slice_ns);
+        if (err) spindle_report_first_error(&pool->slice_error, err);
+    }
+}
+
+/* Applies the pool's nice value, and slice, to the calling worker thread, and records,
+ * from worker 0, what it got; a spare also sets the pool's policy, which a regular
+ * worker gets from the pool's creator (W7). On Linux all three are per-thread
  * attributes: setpriority(PRIO_PROCESS, tid) sets one thread's nice. */
 static void apply_priority(spindle_worker *w) {
     spindle_pool *pool = w->pool;
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    if (pool->requested_policy != SPINDLE_POLICY_NORMAL) {
-        struct sched_param param = {.sched_priority = 0};
-        int policy = pool->requested_policy == SPINDLE_POLICY_IDLE ? SCHED_IDLE : SCHED_BATCH;
-        int rc = pthread_setschedparam(pthread_self(), policy, &param);
-        if (rc) spindle_report_first_error(&pool->policy_error, rc);
-    }
+    bool own_policy = pool->requested_policy != SPINDLE_POLICY_NORMAL;
+    if (own_policy && w->spare) set_policy(pool, 0);
     if (pool->requested_nice != SPINDLE_NICE_INHERIT &&
         setpriority(PRIO_PROCESS, (id_t)tid, pool->requested_nice) != 0)
         spindle_report_first_error(&pool->nice_error, errno);
     /* A custom slice is a fair-class setting: a worker left under a real-time policy
      * (a process started with `chrt -f` or `-r`, whose policy the workers inherit) has
-     * none to set, and asks for none — which is not an error. */
+     * none to set, and asks for none — which is not an error. A worker whose policy its
+     * creator sets gets its slice then. */
     int current = sched_getscheduler(0);
     bool fair = current != SCHED_FIFO && current != SCHED_RR;
-    if (!fair) atomic_store_explicit(&pool->slice_not_asked, true, memory_order_relaxed);
-    if (pool->requested_slice_ns && fair) {
+    if (!fair && !own_policy) atomic_store_explicit(&pool->slice_not_asked, true, memory_order_relaxed);
+    if (pool->requested_slice_ns && fair && (!own_policy || w->spare)) {
         int err = spindle_thread_request_slice(pool->requested_slice_ns);
         if (err) spindle_report_first_error(&pool->slice_error, err);
     }
@@ -366,6 +391,20 @@ static void apply_priority(spindle_worker *w) {
         atomic_store_explicit(&pool->effective_nice, nice, memory_order_relaxed);
         atomic_store_explicit(&pool->effective_policy, sched_getscheduler(0), memory_order_relaxed);
     }
+}
+
+void spindle_workers_take_policy(spindle_pool *pool) {
+    if (pool->requested_policy == SPINDLE_POLICY_NORMAL) return;
+    for (uint32_t i = 0; i < pool->nworkers; i++) {
+        /* Relaxed: written by the worker before its release increment of `ready`, which
+         * the caller has acquired. */
+        pid_t tid = atomic_load_explicit(&pool->workers[i]->tid, memory_order_relaxed);
+        set_policy(pool, tid);
+    }
+    pid_t first = atomic_load_explicit(&pool->workers[0]->tid, memory_order_relaxed);
+    int policy = sched_getscheduler(first);
+    /* Relaxed: a report, read after creation returns (stats.c). */
+    if (policy >= 0) atomic_store_explicit(&pool->effective_policy, policy, memory_order_relaxed);
 }
 
 bool spindle_worker_cpus(const spindle_worker *w, cpu_set_t *set) {

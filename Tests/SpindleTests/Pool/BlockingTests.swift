@@ -182,16 +182,23 @@ final class BlockingTests: XCTestCase {
         let pool = try ThreadPool(configuration: config)
         defer { try? pool.shutdown() }
         let gate = DispatchSemaphore(value: 0)
-        let blocked = DispatchSemaphore(value: 0)
-        let seen = Mutex<[Int?]>([])
-        // Both workers block, so the next closures can only run on spares.
-        for _ in 0..<2 {
+        let arrived = DispatchSemaphore(value: 0)
+        let seen = Mutex<Set<Int>>([])
+        // Both workers block, so the next closures can only run on spares. A closure
+        // may itself land on a spare (a worker slow to wake, a spare still searching):
+        // that one does not block, and another is submitted, until both workers block.
+        let deadline = DispatchTime.now() + 60
+        while seen.locked({ $0.count }) < 2 && DispatchTime.now() < deadline {
             try pool.submit {
-                seen.locked { $0.append(pool.currentWorkerIndex) }
-                ThreadPool.blocking { blocked.signal(); gate.wait() }
+                guard let index = pool.currentWorkerIndex else {
+                    arrived.signal()
+                    return
+                }
+                seen.locked { s in _ = s.insert(index) }
+                ThreadPool.blocking { arrived.signal(); gate.wait() }
             }
+            XCTAssertEqual(arrived.wait(timeout: .now() + 60), .success)
         }
-        for _ in 0..<2 { XCTAssertEqual(blocked.wait(timeout: .now() + 10), .success) }
         let onSpares = Mutex<[(isWorker: Bool, index: Int?)]>([])
         let done = DispatchSemaphore(value: 0)
         for _ in 0..<4 {
@@ -203,7 +210,7 @@ final class BlockingTests: XCTestCase {
         for _ in 0..<4 { XCTAssertEqual(done.wait(timeout: .now() + 10), .success) }
         gate.signal()
         gate.signal()
-        XCTAssertEqual(Set(seen.locked { $0 }.compactMap { $0 }), [0, 1], "the workers' own indices")
+        XCTAssertEqual(seen.locked { $0 }, [0, 1], "the workers' own indices")
         for (isWorker, index) in onSpares.locked({ $0 }) {
             XCTAssertTrue(isWorker, "a spare is one of the pool's threads")
             XCTAssertNil(index, "a spare reported index \(index.map(String.init) ?? "nil") on a 2-worker pool")

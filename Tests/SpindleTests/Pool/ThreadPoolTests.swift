@@ -309,6 +309,15 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertNotEqual(sliceSeenByATask(batch), 100_000, "batch pools keep the kernel's slice")
         XCTAssertNil(batch.requestedTimeSlice)
 
+        // A regular worker gets its policy from the pool's creator (worker.c, W7), which
+        // resets the slice: the creator asks for it again.
+        b.timeSlice = .microseconds(500)
+        let slicedBatch = try ThreadPool(configuration: b)
+        defer { try? slicedBatch.shutdown() }
+        XCTAssertEqual(sliceSeenByATask(slicedBatch), 500_000)
+        XCTAssertEqual(slicedBatch.run { currentThreadPolicy() }, 3, "SCHED_BATCH")
+        XCTAssertEqual(Int(slicedBatch.effectivePolicy), 3, "SCHED_BATCH")
+
         c.timeSlice = .seconds(10)
         XCTAssertThrowsError(try ThreadPool(configuration: c))
     }
