@@ -96,7 +96,7 @@ final class DropInTests: XCTestCase {
         dependent.completionBlock = { done.signal() }
         queue.addOperations([async, dependent], waitUntilFinished: false)
         // Not waitUntilFinished: a notification the queue missed would hang the suite.
-        guard done.wait(timeout: .now() + 10) == .success else {
+        guard done.wait(timeout: .now() + 60) == .success else {
             return XCTFail("the queue never saw the operation finish")
         }
         queue.waitUntilAllOperationsAreFinished()

@@ -66,7 +66,7 @@ final class FoundationFidelityCompletionTests: XCTestCase {
             done.signal()
         }
         q.addOperation(op)
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the completion block deadlocked")
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success, "the completion block deadlocked")
         XCTAssertNil(sawCurrent.locked { $0 })
         XCTAssertTrue(finished.load(ordering: .relaxed))
     }
@@ -87,7 +87,7 @@ final class FoundationFidelityCompletionTests: XCTestCase {
             done.signal()
         }
         q.addOperations([op, dependent], waitUntilFinished: false)
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the completion block deadlocked")
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success, "the completion block deadlocked")
     }
 
     func testACompletionBlockFindsItsOperationAliveThroughAnUnownedCapture() {
@@ -101,7 +101,7 @@ final class FoundationFidelityCompletionTests: XCTestCase {
             }
             OperationQueue().addOperation(op)
         }
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
         XCTAssertFalse(cancelled.load(ordering: .relaxed))
     }
 
@@ -144,7 +144,7 @@ final class FoundationFidelityCompletionTests: XCTestCase {
                 events.locked { $0.append(name) }
                 both.signal()
             }
-            for _ in 0..<2 { XCTAssertEqual(both.wait(timeout: .now() + 10), .success) }
+            for _ in 0..<2 { XCTAssertEqual(both.wait(timeout: .now() + 60), .success) }
             let seen = events.locked { $0 }
             if let f = seen.firstIndex(of: first), let s = seen.firstIndex(of: second), f < s { inOrder += 1 }
         }

@@ -264,11 +264,11 @@ final class OperationQueueTests: XCTestCase {
         let met = Atomic<Int>(0)
         let op = BlockOperation {
             a.signal()
-            if b.wait(timeout: .now() + 5) == .success { met.add(1, ordering: .relaxed) }
+            if b.wait(timeout: .now() + 60) == .success { met.add(1, ordering: .relaxed) }
         }
         op.addExecutionBlock {
             b.signal()
-            if a.wait(timeout: .now() + 5) == .success { met.add(1, ordering: .relaxed) }
+            if a.wait(timeout: .now() + 60) == .success { met.add(1, ordering: .relaxed) }
         }
         XCTAssertEqual(op.executionBlocks.count, 2)
         let q = OperationQueue()

@@ -12,7 +12,7 @@ import XCTest
 final class ForkTests: XCTestCase {
     /// Forks; the child runs `body` and exits with what it returns. The child's status,
     /// 124 if it did not finish within `seconds` (it is then killed).
-    func inChild(within seconds: Double = 20, _ body: () -> Int32) -> Int32 {
+    func inChild(within seconds: Double = 120, _ body: () -> Int32) -> Int32 {
         let pid = fork()
         if pid == 0 { _exit(body()) }
         XCTAssertGreaterThan(pid, 0, "fork failed")
@@ -59,7 +59,7 @@ final class ForkTests: XCTestCase {
             if shared === sharedBefore { return 13 }
             let done = DispatchSemaphore(value: 0)
             do { try shared.submit { done.signal() } } catch { return 14 }
-            if done.wait(timeout: .now() + 10) != .success { return 15 }
+            if done.wait(timeout: .now() + 60) != .success { return 15 }
             // Operation queues, old and new, run their operations.
             let ran = Atomic<Int>(0)
             for queue in [q, OperationQueue()] {
@@ -72,7 +72,7 @@ final class ForkTests: XCTestCase {
             let op = BlockOperation { utility.signal() }
             op.qualityOfService = .utility
             OperationQueue().addOperation(op)
-            if utility.wait(timeout: .now() + 10) != .success { return 17 }
+            if utility.wait(timeout: .now() + 60) != .success { return 17 }
             return 0
         }
         XCTAssertEqual(status, 0, "the child failed at step \(status) (124: it hung)")

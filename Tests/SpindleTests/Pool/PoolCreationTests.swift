@@ -128,7 +128,7 @@ final class PoolCreationTests: XCTestCase {
                     if let inner = try? ThreadPool(configuration: .init(workers: 1)) {
                         let innerDone = DispatchSemaphore(value: 0)
                         try? inner.submit { ran.add(1, ordering: .relaxed); innerDone.signal() }
-                        if innerDone.wait(timeout: .now() + 10) != .success { failed.add(1, ordering: .relaxed) }
+                        if innerDone.wait(timeout: .now() + 60) != .success { failed.add(1, ordering: .relaxed) }
                         try? inner.shutdown(.drain)
                     } else {
                         failed.add(1, ordering: .relaxed)

@@ -80,7 +80,7 @@ final class TaskExecutorTests: XCTestCase {
         let all = results.locked { $0 }
         XCTAssertEqual(all.map(\.0), Array(0...n), "a task never finished, or finished with another's value")
         XCTAssertEqual(all.filter(\.1).count, 0, "a job ran on a worker of a pool cancelling its queue")
-        XCTAssertEqual(shutdownReturned.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(shutdownReturned.wait(timeout: .now() + 60), .success)
     }
 
     /// Tasks on the shared pool that wait synchronously for operations queued on that

@@ -135,7 +135,7 @@ final class ThreadPoolTests: XCTestCase {
         XCTAssertEqual(spindle_submit(pool, { ctx, _ in
             Unmanaged<DispatchSemaphore>.fromOpaque(ctx!).takeRetainedValue().signal()
         }, box.toOpaque()), 0)
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
         // The pool is deliberately leaked: permanent means until the process exits.
         XCTAssertThrowsError(try ThreadPool.shared.shutdown(.drain))
     }
@@ -199,7 +199,7 @@ final class ThreadPoolTests: XCTestCase {
             while parked() <= count, Date() < deadline { usleep(1_000) }
             return parked() > count
         }
-        XCTAssertTrue(waitForPark(after: 0, within: 10), "the worker parks when there is nothing to do")
+        XCTAssertTrue(waitForPark(after: 0, within: 60), "the worker parks when there is nothing to do")
 
         /// Submits one task from a new thread pinned to `cpu` at `nice` (never below
         /// `base`) and returns once the task has run.
@@ -209,7 +209,7 @@ final class ThreadPoolTests: XCTestCase {
                 XCTAssertEqual(spindle_test_pin_self(cpu), 0)
                 XCTAssertEqual(setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, nice), 0)
                 try? pool.submit { ran.signal() }
-                XCTAssertEqual(ran.wait(timeout: .now() + 10), .success)
+                XCTAssertEqual(ran.wait(timeout: .now() + 60), .success)
                 finished.signal()
             }
             submitter.start()
@@ -221,7 +221,7 @@ final class ThreadPoolTests: XCTestCase {
             let before = parked()
             submit(from: cpu, nice: nice)
             let parkedEarly = waitForPark(after: before, within: 0.3)
-            XCTAssertTrue(waitForPark(after: before, within: 10), "the worker parks in the end")
+            XCTAssertTrue(waitForPark(after: before, within: 60), "the worker parks in the end")
             return !parkedEarly
         }
 

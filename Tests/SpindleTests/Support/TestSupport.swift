@@ -104,7 +104,7 @@ final class Counter: Sendable {
 
 /// Polls `condition` until it holds or `seconds` pass; whether it held. For what happens
 /// asynchronously by design (a completion block runs as a task of its own).
-func eventually(within seconds: Double = 10, _ condition: () -> Bool) -> Bool {
+func eventually(within seconds: Double = 60, _ condition: () -> Bool) -> Bool {
     let deadline = DispatchTime.now() + seconds
     while !condition() {
         if DispatchTime.now() > deadline { return false }
@@ -119,7 +119,7 @@ func eventually(within seconds: Double = 10, _ condition: () -> Bool) -> Bool {
 /// until something new is submitted, so the check does not depend on how long a
 /// busy machine takes. False if they stay busy for `seconds`.
 @discardableResult
-func settle(within seconds: Double = 20) -> Bool {
+func settle(within seconds: Double = 60) -> Bool {
     var quiet = 0
     return eventually(within: seconds) {
         let pools = QoSPools.allProcessWide()
