@@ -15,7 +15,7 @@ struct Bench: ParsableCommand {
 
     enum Format: String, ExpressibleByArgument, CaseIterable { case table, json, markdown }
 
-    static let allCases = ["submit", "fork-join", "parallel-for", "operation-throughput", "serial-queue",
+    static let allCases = ["submit", "contended", "fork-join", "parallel-for", "operation-throughput", "serial-queue",
                            "dependency-chain", "blocking", "latency", "async-offload", "qos-under-load", "priority-inversion", "quota", "idle-cpu"]
 
     @Argument(help: "'topology' prints the detected topology and the placement plan instead of running the timed cases. ('quota-child' is the quota case's own child process.)")
@@ -107,6 +107,8 @@ struct Bench: ParsableCommand {
             switch c {
             case "submit":
                 results.append(try submitCase(pool: pool, nio: nio, tasks: tasks ?? (quick ? 50_000 : 200_000), reps: reps))
+            case "contended":
+                results += try contendedCases(pool: pool, nio: nio, tasks: tasks ?? (quick ? 48_000 : 400_000), reps: reps)
             case "fork-join":
                 let n = quick ? 25 : 28
                 results.append(try forkJoinCase(pool: pool, n: n, cutoff: forkCutoff, reps: reps))
