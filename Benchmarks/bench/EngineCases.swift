@@ -133,7 +133,8 @@ func forkJoinCase(pool: ThreadPool, n: Int, cutoff: Int, reps: Int) throws -> Ca
     func check(_ r: Int, _ who: String) throws {
         guard r == expected else { throw BenchFailure("fork-join: \(who) computed fib(\(n)) = \(r), expected \(expected)") }
     }
-    var result = try measure("fork-join", tasks: spawns, reps: reps, reference: "dispatch", [
+    let peers = ForkJoinPeers.find()
+    var systems = [
         SystemRun(name: "spindle") {
             let (t, r) = timed { pool.run { fibSpindle(pool, n, cutoff) } }
             try check(r, "spindle")
@@ -163,9 +164,63 @@ func forkJoinCase(pool: ThreadPool, n: Int, cutoff: Int, reps: Int) throws -> Ca
             try check(r, "taskgroup-on-spindle")
             return t
         },
-    ])
-    result.note = "fib(\(n)), cut-off \(cutoff): \(spawns) forks"
+    ]
+    var alsoVs: [(String, String)] = []
+    for (name, path) in peers.found {
+        systems.append(SystemRun(name: name) { try ForkJoinPeers.run(path, n: n, cutoff: cutoff, expected: expected) })
+        alsoVs.append(("spindle", name))
+    }
+    var result = try measure("fork-join", tasks: spawns, reps: reps, reference: "dispatch", alsoVs: alsoVs, systems)
+    result.note = "fib(\(n)), cut-off \(cutoff): \(spawns) forks" + (peers.missing.isEmpty ? "" :
+        "; not measured: \(peers.missing.joined(separator: " and ")) (scripts/bench-peers.sh builds them, as scripts/bench.sh does)")
     return result
+}
+
+/// rayon and oneTBB running the same fib with the same cut-off (Benchmarks/peers), built
+/// by scripts/bench-peers.sh into `SPINDLE_BENCH_PEERS` (scripts/bench.sh sets it), or
+/// into Benchmarks/.build/peers. Each repetition is one process: a warm-up run, then a
+/// timed one, whose time the process reports; the pool's start is not in it.
+enum ForkJoinPeers {
+    static let names = [("rayon", "fib-rayon"), ("tbb", "fib-tbb")]
+
+    static func find() -> (found: [(String, String)], missing: [String]) {
+        let env = ProcessInfo.processInfo.environment["SPINDLE_BENCH_PEERS"]
+        let dirs = [env, "Benchmarks/.build/peers", ".build/peers"].compactMap { $0 }
+        var found: [(String, String)] = [], missing: [String] = []
+        for (name, file) in names {
+            if let dir = dirs.first(where: { FileManager.default.isExecutableFile(atPath: "\($0)/\(file)") }) {
+                found.append((name, "\(dir)/\(file)"))
+            } else {
+                missing.append(name)
+            }
+        }
+        return (found, missing)
+    }
+
+    static func run(_ path: String, n: Int, cutoff: Int, expected: Int) throws -> Double {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["\(n)", "\(cutoff)"]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        var fields: [String: String] = [:]
+        for pair in text.split(whereSeparator: { $0 == " " || $0 == "\n" }) {
+            let kv = pair.split(separator: "=", maxSplits: 1)
+            if kv.count == 2 { fields[String(kv[0])] = String(kv[1]) }
+        }
+        guard process.terminationStatus == 0, let ns = fields["ns"].flatMap(Double.init),
+              let result = fields["result"].flatMap(Int.init) else {
+            throw BenchFailure("fork-join: \(path) failed (status \(process.terminationStatus)): \(text)")
+        }
+        guard result == expected else {
+            throw BenchFailure("fork-join: \(path) computed fib(\(n)) = \(result), expected \(expected)")
+        }
+        return ns
+    }
 }
 
 // MARK: parallel-for
