@@ -34,6 +34,9 @@ import Synchronization
 //     direct mode that form's operations are reachable only from the queue until
 //     `operations` hands them out, and skip the retain and its release.
 //
+// Tests/Models/queue_lifetime.pml checks LT1-LT3 over every interleaving of three adds,
+// their finishers, a change of mode and the program's release of the queue.
+//
 // Rejected:
 // - Releasing the self-reference when a lock-free decrement reached zero. A finisher
 //   still on its way to the lock could then find the queue freed.
