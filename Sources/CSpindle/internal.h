@@ -384,8 +384,6 @@ void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_run_task(spindle_worker *w, spindle_task *t);
 /* Local push from worker `w`, then wake a sleeper if the pool needs one. */
 void spindle_worker_push(spindle_worker *w, spindle_task *t);
-/* The same for a join frame, whose wake-up skips fence b (park.c, S3). */
-void spindle_worker_push_frame(spindle_worker *w, spindle_task *t);
 /* W4: is worker `w`, the calling thread, past its stack floor here? Always inlined, so
  * the frame is the caller's. The stack grows down. */
 __attribute__((always_inline)) static inline bool spindle_worker_past_floor(const spindle_worker *w) {
@@ -487,14 +485,6 @@ void spindle_wake_one_for_push(spindle_pool *pool);
 static inline void spindle_notify_one_after_local_push(spindle_pool *pool) {
     /* Step b, as in spindle_notify_one. */
     atomic_thread_fence(memory_order_seq_cst);
-    if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
-        spindle_wake_one_for_push(pool);
-}
-
-/* notify_one for a worker that has just pushed a join frame on its own deque: without
- * fence b (park.c, S3). Relaxed: whether to wake is a hint here; spindle_wake_one_for_push
- * re-checks under the idle lock. */
-static inline void spindle_notify_one_after_fork(spindle_pool *pool) {
     if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
         spindle_wake_one_for_push(pool);
 }

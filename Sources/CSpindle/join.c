@@ -134,7 +134,7 @@ void spindle_fork(spindle_pool *pool, spindle_join_frame *f) {
         }
         f->spindle_waiter = w;
         f->spindle_flags = FRAME_LOCAL;
-        spindle_worker_push_frame(w, &f->task);
+        spindle_worker_push(w, &f->task);
         return;
     }
     f->spindle_waiter = NULL;

@@ -47,16 +47,6 @@
  *    and keep the fence. Tests/Models/submit_wakeup.pml checks the outside-submission
  *    form, with S1 and S2, over every interleaving of two submitters and two workers.
  *
- * Forks (S3). A join frame pushed on its worker's own deque skips fence b: the forker
- *    pops the frame back in its join if nobody has stolen it (join.c), so the frame
- *    never depends on the wake-up. A wake-up the race overlooks costs that one fork its
- *    parallelism — the next fork's look at the state wakes the sleeper — and the
- *    fence costs every fork: a full barrier, the largest single cost of a fork that
- *    nobody steals. rayon's sleep protocol makes the same exception for work pushed on
- *    a worker's own deque ("it is ok to overlook work in that case"). Other local
- *    pushes keep the fence: a task spawned from a task has no owner that will take it
- *    back at a known point.
- *
  * Backlog (B1). The rule "wake nobody while somebody searches" trusts the searcher to
  * be running. It may not be: a searcher the kernel has placed on a busy CPU can sit
  * runnable for milliseconds (EEVDF keeps a waking thread that has used its share off

@@ -117,18 +117,6 @@ void spindle_worker_push(spindle_worker *w, spindle_task *t) {
     spindle_notify_one_after_local_push(w->pool);
 }
 
-void spindle_worker_push_frame(spindle_worker *w, spindle_task *t) {
-    if (w->spare) {
-        spindle_worker_push(w, t);
-        return;
-    }
-    /* A frame that overflows to the injector is still found by its forker's join wait,
-     * which polls the injector. */
-    uint32_t moved = spindle_deque_push(&w->deque, t, &w->pool->injector);
-    if (moved) bump(&w->counters.overflowed, moved);
-    spindle_notify_one_after_fork(w->pool);
-}
-
 static spindle_task *poll_injector(spindle_worker *w) {
     spindle_pool *pool = w->pool;
     spindle_injector *q = &pool->injector;
