@@ -321,17 +321,17 @@ typedef struct spindle_sched_attr {
     uint32_t sched_util_min, sched_util_max;
 } spindle_sched_attr;
 
-/* A custom time slice (EEVDF, Linux 6.12+: sched_runtime of a fair-class task), for the
- * calling thread, with its policy and nice passed unchanged.
+/* A custom time slice (EEVDF, Linux 6.12+: sched_runtime of a fair-class task), for
+ * thread `tid` (0: the calling thread), with its policy and nice passed unchanged; 0 or
+ * the kernel's errno.
  * Why workers ask for one: a thread's virtual deadline is its eligible time plus its
  * slice, and a waking thread preempts the running one only if its deadline is earlier.
  * With the default slice (~3 ms), a worker woken by a submitter on the same CPU (where
  * the scheduler often places it) waits for the submitter to block; with 100 us it
  * preempts at once (the `latency` case of the benchmark). The cost is more preemption of the workers under
  * contention, which is also what lets interactive work in. Public so that the
- * benchmark's bare hand-off (`qos-under-load`'s handoff-floor) runs the same code. */
-/* Asks for a time slice of `ns` for thread `tid` (0: the caller), keeping its policy and
- * nice. 0 or the kernel's errno. */
+ * benchmark's bare hand-off (`qos-under-load`'s handoff-floor) runs the same code, for
+ * the calling thread. */
 static int request_slice(pid_t tid, uint32_t ns) {
     spindle_sched_attr attr;
     memset(&attr, 0, sizeof attr);
@@ -374,12 +374,12 @@ static void apply_priority(spindle_worker *w) {
         spindle_report_first_error(&pool->nice_error, errno);
     /* A custom slice is a fair-class setting: a worker left under a real-time policy
      * (a process started with `chrt -f` or `-r`, whose policy the workers inherit) has
-     * none to set, and asks for none — which is not an error. A worker whose policy its
-     * creator sets gets its slice then. */
+     * none to set, and asks for none — which is not an error. A pool with a policy of
+     * its own asks for the slice with the policy (set_policy), which resets it. */
     int current = sched_getscheduler(0);
     bool fair = current != SCHED_FIFO && current != SCHED_RR;
     if (!fair && !own_policy) atomic_store_explicit(&pool->slice_not_asked, true, memory_order_relaxed);
-    if (pool->requested_slice_ns && fair && (!own_policy || w->spare)) {
+    if (pool->requested_slice_ns && fair && !own_policy) {
         int err = spindle_thread_request_slice(pool->requested_slice_ns);
         if (err) spindle_report_first_error(&pool->slice_error, err);
     }
