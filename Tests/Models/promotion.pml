@@ -27,7 +27,10 @@
  * The floor and the word are seq_cst on both sides, and the dispatcher's mark and its
  * second read of the floor are ordered by the asymmetric barrier (promote.c, PR4), so
  * Spin's interleaving of whole steps represents them; each mutant below stands for a
- * read that a weaker ordering would let happen early.
+ * read that a weaker ordering would let happen early. (The code's promoter reads the
+ * word once before its heavy barrier and acts on a run it finds marked, which is this
+ * model's read at that moment; only a run it finds IDLE is read again after the
+ * barrier, which is this model's read at the later moment.)
  *
  * What is checked:
  *   - the body runs exactly once, and only the reference the first move took is

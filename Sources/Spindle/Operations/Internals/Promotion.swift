@@ -61,9 +61,10 @@ import Synchronization
 //     word before the mark, would leave the run queued at the old class, behind all of
 //     that class's backlog, until one of its workers came to claim it. The dispatcher
 //     runs for every operation, so (b) uses the asymmetric barrier (promote.c, PR4):
-//     the dispatcher pays a compiler barrier, the promoter a membarrier, once per
-//     promotion walk. Tests/Models/promotion.pml checks P4-P7 over every
-//     interleaving of a dispatch, two promoters and the runners.
+//     the dispatcher pays a compiler barrier, and the promoter a membarrier, once per
+//     promotion walk and only when a run it raised read IDLE (a run found marked needs
+//     none: its mark is there to act on). Tests/Models/promotion.pml checks P4-P7 over
+//     every interleaving of a dispatch, two promoters and the runners.
 //
 // Rejected:
 // - Re-queueing a submitted operation instead of copying it. Taking a task back out of
@@ -273,13 +274,15 @@ extension Operation {
         guarded.locked { _ in boostRunningLocked(to: promotedRank.load(ordering: .acquiring)) }
     }
 
-    /// P5, P6: moves a submitted run, or boosts a running one, up to `rank`.
-    func promoteRun(to rank: UInt8) {
+    /// P5, P6: moves a submitted run, or boosts a running one, up to `rank`. False when
+    /// the run is not marked yet (IDLE), which P7's second pair must then settle.
+    @discardableResult
+    func promoteRun(to rank: UInt8) -> Bool {
         var w = execWord.load(ordering: .sequentiallyConsistent)
         while true {
             let state = w & ExecWord.stateMask
             if state == ExecWord.submitted || state == ExecWord.moved {
-                guard ExecWord.rank(w) < rank else { return }
+                guard ExecWord.rank(w) < rank else { return true }
                 let first = state == ExecWord.submitted
                 let me = Unmanaged.passUnretained(self)
                 // The original node's reference (P5), taken before the move is visible.
@@ -293,15 +296,15 @@ extension Operation {
                 }
                 submitCopy(at: rank)
                 PromotionCounters.moved.add(1, ordering: .relaxed)
-                return
+                return true
             }
             if state == ExecWord.running {
-                guard ExecWord.rank(w) < rank else { return }
+                guard ExecWord.rank(w) < rank else { return true }
                 guarded.locked { _ in boostRunningLocked(to: rank) }
             }
             // IDLE: the dispatch that follows reads the floor, or its runner does (P7).
             // DONE: nothing to do.
-            return
+            return state != ExecWord.idle
         }
     }
 
@@ -406,8 +409,7 @@ extension OperationQueue {
 }
 
 /// The operations whose floor a promotion raised, whose runs it then moves or boosts
-/// (P5, P6). Behind one heavy barrier for all of them (P7): the floors are raised
-/// first, then the barrier, then each run's word is read.
+/// (P5, P6).
 struct RaisedRuns {
     // The first without an array: most promotions raise one operation.
     private var first: Operation?
@@ -417,12 +419,18 @@ struct RaisedRuns {
         if first == nil { first = op } else { rest.append(op) }
     }
 
+    /// P7's second pair, the promoter's side: the raises, then a look at each word. A
+    /// run found marked is acted on at once: the mark is there to see. One found IDLE
+    /// may be between its dispatcher's mark and the dispatcher's look at the floor, so
+    /// after one heavy barrier for all such runs, each word is read again.
     func promoteRuns(to rank: UInt8) {
         guard let first else { return }
-        // P7's second pair, the promoter's side: the raises, then a look at each word.
+        var unmarked: [Operation] = []
+        if !first.promoteRun(to: rank) { unmarked.append(first) }
+        for op in rest where !op.promoteRun(to: rank) { unmarked.append(op) }
+        guard !unmarked.isEmpty else { return }
         spindle_barrier_heavy()
-        first.promoteRun(to: rank)
-        for op in rest { op.promoteRun(to: rank) }
+        for op in unmarked { op.promoteRun(to: rank) }
     }
 }
 
