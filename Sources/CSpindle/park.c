@@ -477,6 +477,41 @@ static void unlist_task_sleeper_locked(spindle_idle *idle, spindle_worker *w) {
     atomic_fetch_add_explicit(&idle->state, UNPARKED_ONE, memory_order_seq_cst);
 }
 
+/* Counts worker `w` out of `unparked` (and of `searching`, if it searched) and puts it
+ * on the sleeper stack. Under the lock. Returns whether it was the last searcher. */
+static inline bool list_sleeper_locked(spindle_pool *pool, spindle_worker *w, bool was_searching,
+                                       _Atomic uint32_t *latch) {
+    spindle_idle *idle = &pool->idle;
+    /* A worker the monitor counted out is already missing from `unparked` (spare.c). */
+    bool counted_out = spindle_uncount_parking_locked(pool, w);
+    uint64_t dec = (counted_out ? 0 : UNPARKED_ONE) | (was_searching ? SEARCHING_ONE : 0);
+    /* seq_cst: step x of the Dekker pairing. */
+    uint64_t prev = atomic_fetch_sub_explicit(&idle->state, dec, memory_order_seq_cst);
+    idle->sleepers[idle->nsleepers++] = w->index;
+    w->in_sleepers = true;
+    w->waker_cpu = -1; /* until a waker from outside the pool says otherwise (G1) */
+    w->pusher_cpu = -1; /* until a pushing sibling says otherwise (G2) */
+    /* Relaxed: a hint for siblings (G2). */
+    atomic_store_explicit(&w->cpu_hint, -1, memory_order_relaxed);
+    w->waiting_in_task = latch != NULL;
+    if (latch) idle->task_sleepers++;
+    return was_searching && SEARCHING(prev) == 1;
+}
+
+/* Worker `w`, taken off the sleeper stack by a waker that did its accounting, takes
+ * up what the wake said: searching, a guest on its waker's CPU (G1), moved off its
+ * pusher's (G2). */
+static inline void take_wake(spindle_worker *w, int waker_cpu, int pusher_cpu) {
+    w->searching = w->woken_searching;
+    int cpu = sched_getcpu();
+    /* G1: are we sharing a CPU with the outside thread that woke us? */
+    w->guest = waker_cpu >= 0 && cpu == waker_cpu;
+    /* G2: with the sibling that pushed the work we were woken for? */
+    if (pusher_cpu >= 0 && cpu == pusher_cpu) cpu = spindle_worker_spread(w, cpu);
+    /* Relaxed: a hint for siblings (G2). */
+    atomic_store_explicit(&w->cpu_hint, cpu, memory_order_relaxed);
+}
+
 bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
     spindle_pool *pool = w->pool;
     spindle_idle *idle = &pool->idle;
@@ -488,20 +523,7 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
     w->guest = false;
 
     pthread_mutex_lock(&idle->lock);
-    /* A worker the monitor counted out is already missing from `unparked` (spare.c). */
-    bool counted_out = spindle_uncount_parking_locked(pool, w);
-    uint64_t dec = (counted_out ? 0 : UNPARKED_ONE) | (was_searching ? SEARCHING_ONE : 0);
-    /* seq_cst: step x of the Dekker pairing. */
-    uint64_t prev = atomic_fetch_sub_explicit(&idle->state, dec, memory_order_seq_cst);
-    bool last_searcher = was_searching && SEARCHING(prev) == 1;
-    idle->sleepers[idle->nsleepers++] = w->index;
-    w->in_sleepers = true;
-    w->waker_cpu = -1; /* until a waker from outside the pool says otherwise (G1) */
-    w->pusher_cpu = -1; /* until a pushing sibling says otherwise (G2) */
-    /* Relaxed: a hint for siblings (G2). */
-    atomic_store_explicit(&w->cpu_hint, -1, memory_order_relaxed);
-    w->waiting_in_task = latch != NULL;
-    if (latch) idle->task_sleepers++;
+    bool last_searcher = list_sleeper_locked(pool, w, was_searching, latch);
     if (!latch && quiescent_locked(pool)) {
         /* Shutdown step 4: everyone is parked outside any task and nothing is queued;
          * no work can appear any more. Release every sleeper. Release store pairs with
@@ -550,14 +572,7 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
         pthread_mutex_unlock(&idle->lock);
         if (!still_listed) {
             /* A waker took us off the list and did the accounting for us. */
-            w->searching = w->woken_searching;
-            int cpu = sched_getcpu();
-            /* G1: are we sharing a CPU with the outside thread that woke us? */
-            w->guest = waker_cpu >= 0 && cpu == waker_cpu;
-            /* G2: with the sibling that pushed the work we were woken for? */
-            if (pusher_cpu >= 0 && cpu == pusher_cpu) cpu = spindle_worker_spread(w, cpu);
-            /* Relaxed: a hint for siblings (G2). */
-            atomic_store_explicit(&w->cpu_hint, cpu, memory_order_relaxed);
+            take_wake(w, waker_cpu, pusher_cpu);
             return true;
         }
         /* Still listed: a spurious wake, a stale token, or (join waits) a latch that was
