@@ -309,6 +309,10 @@ struct spindle_pool {
     uint32_t blocked;
     /* Spare threads that have not finished exiting: shutdown waits for 0 (futex). */
     _Atomic uint32_t spares_running;
+    /* Under idle.lock (spare.c, C4): no spare is claimed before this time (ns) after the
+     * system refused one, and whether that refusal has been said. */
+    uint64_t spare_retry_at;
+    bool spare_refusal_said;
     /* The monitor's registry of pools (spare.c), under its lock. */
     spindle_pool *monitor_next;
     /* G2 (park.c): when a worker last moved itself off its waker's CPU (ns, relaxed:
@@ -399,6 +403,9 @@ void spindle_workers_take_policy(spindle_pool *pool);
 void spindle_barrier_init(void);
 
 /* ---- seams.c: test seams, in debug builds only (SPINDLE_TESTING) -------------------- */
+/* Kinds of thread a test may have refused (spindle_test_refused_thread_in_forked_child);
+ * in a release build none is. */
+enum { SPINDLE_SEAM_SPARE = 1, SPINDLE_SEAM_SPAWNER = 2, SPINDLE_SEAM_SERVICE = 4 };
 #ifdef SPINDLE_TESTING
 /* While not 0, threads that start count as deep (W4) once this many bytes of their
  * stack are used (SIZE_MAX: from the start, so that tests can run join waits that never
@@ -416,6 +423,15 @@ static inline size_t spindle_seam_join_floor(void) {
 static inline uint64_t spindle_seam_latch_wake_delay(void) {
     return atomic_load_explicit(&spindle_test_latch_wake_delay, memory_order_relaxed);
 }
+extern _Atomic uint32_t spindle_test_refused_threads;
+extern _Atomic uint32_t spindle_test_refusals;
+/* Relaxed, both: a test sets the kinds before the thread creations it concerns, and
+ * reads the count of refusals after them. */
+static inline bool spindle_seam_thread_refused(uint32_t kind) {
+    if ((atomic_load_explicit(&spindle_test_refused_threads, memory_order_relaxed) & kind) == 0) return false;
+    atomic_fetch_add_explicit(&spindle_test_refusals, 1, memory_order_relaxed);
+    return true;
+}
 void spindle_seam_wait_while_held(spindle_pool *pool);
 /* A worker of a held pool waits here, with the task it took, before running it.
  * Relaxed: a task submitted after the hold was set reaches the worker through its
@@ -425,6 +441,10 @@ static inline void spindle_seam_hold(spindle_pool *pool) {
     if (atomic_load_explicit(&pool->test_hold, memory_order_relaxed)) spindle_seam_wait_while_held(pool);
 }
 #else
+static inline bool spindle_seam_thread_refused(uint32_t kind) {
+    (void)kind;
+    return false;
+}
 static inline void spindle_seam_hold(spindle_pool *pool) { (void)pool; }
 static inline size_t spindle_seam_join_floor(void) { return 0; }
 static inline uint64_t spindle_seam_latch_wake_delay(void) { return 0; }
@@ -465,6 +485,8 @@ void spindle_wake_for_backlog(spindle_pool *pool);
 /* Injector length from which an outside submission wakes a sleeper whatever the
  * searching count says. */
 #define SPINDLE_BACKLOG_WAKE 128
+/* spare.c, C4: how long a pool claims no spare after the system refused one. */
+#define SPINDLE_SPARE_RETRY_NS (10u * 1000u * 1000u)
 
 /* Makes sure someone will look at work the caller has just published: step b/c of
  * park.c's Dekker pairing. Inline: it runs on every local spawn. */

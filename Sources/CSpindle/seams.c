@@ -39,6 +39,12 @@ void spindle_test_limit_threads(int32_t limit) {
     atomic_store_explicit(&thread_limit, limit, memory_order_relaxed);
 }
 
+/* The kinds of thread whose creation fails with EAGAIN, as under a thread limit: a
+ * spare (spawn.c, start_spare), the spawner, and the threads the spawner starts for
+ * the engine's own use (the monitor) (spawn.c, spindle_start_service_thread). */
+_Atomic uint32_t spindle_test_refused_threads;
+_Atomic uint32_t spindle_test_refusals;
+
 /* A held pool (spindle_test_hold_pool) stands for a pool whose workers are all busy,
  * without needing them to run: a worker that takes a task waits before running it
  * until the hold is lifted. The tests of promotion use it for the background class,

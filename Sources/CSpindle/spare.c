@@ -77,6 +77,13 @@
  *       shutdown waits for.
  *   C3  A shutting-down pool is not quiescent while any worker is counted out (park.c,
  *       quiescent_locked), and claims no spare once it has terminated.
+ *   C4  A spare the system refuses (a thread limit: RLIMIT_NPROC, a container's
+ *       pids.max) gives its slot back, and the pool claims no spare for the next
+ *       SPINDLE_SPARE_RETRY_NS. Without the pause, the refusal's own look at the
+ *       queues (park.c, S2) would claim the slot again at once, and the pool would retry for as
+ *       long as its worker blocks, on every CPU. After it, the next submission or the
+ *       monitor's next tick tries again; meanwhile the work waits for a worker to
+ *       return. The first refusal is said once, through the engine's log.
  *
  * Model: Tests/Models/counted_out.pml checks C1 over every interleaving of a worker
  * (explicit sections, unannounced blocking, parking) and the monitor.
@@ -193,6 +200,8 @@ void spindle_blocking_end(void) {
 
 spindle_worker *spindle_claim_spare_locked(spindle_pool *pool) {
     if (pool->blocked == 0 || pool->spares_live >= pool->max_spares) return NULL;
+    /* C4: not while the system has just refused one. */
+    if (pool->spare_retry_at != 0 && spindle_now_ns() < pool->spare_retry_at) return NULL;
     /* C3. Relaxed: `terminated` is written under this lock. */
     if (atomic_load_explicit(&pool->terminated, memory_order_relaxed)) return NULL;
     /* Relaxed: slots are added under this lock. */
@@ -228,9 +237,18 @@ void spindle_spare_start_failed(spindle_pool *pool, spindle_worker *w) {
     pthread_mutex_lock(&idle->lock);
     w->vacant = true;
     pool->spares_live--;
+    /* C4. */
+    pool->spare_retry_at = spindle_now_ns() + SPINDLE_SPARE_RETRY_NS;
+    bool say = !pool->spare_refusal_said;
+    pool->spare_refusal_said = true;
     uint64_t prev = atomic_fetch_sub_explicit(&idle->state, SPINDLE_SEARCHING_ONE | SPINDLE_UNPARKED_ONE,
                                               memory_order_seq_cst);
     pthread_mutex_unlock(&idle->lock);
+    if (say)
+        spindle_log(SPINDLE_LOG_WARNING,
+                    "pool %s: the system refused a spare worker's thread (a thread limit?); work waits for "
+                    "blocked workers to return, and spares are tried again every %d ms",
+                    pool->name, (int)(SPINDLE_SPARE_RETRY_NS / 1000000));
     /* It was counted a searcher: if it was the last, look at the queues for it (S2). */
     if (SPINDLE_SEARCHING(prev) == 1) {
         atomic_thread_fence(memory_order_seq_cst);

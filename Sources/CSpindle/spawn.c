@@ -190,7 +190,9 @@ static void start_spare(const spawn_request *r) {
             r->affinity && pthread_attr_setaffinity_np(&attr, r->affinity_size, r->affinity) == 0;
         sigset_t own;
         pthread_sigmask(SIG_SETMASK, &r->sigmask, &own);
-        rc = pthread_create(&r->spare->thread, &attr, spindle_worker_main, r->spare);
+        rc = spindle_seam_thread_refused(SPINDLE_SEAM_SPARE)
+                 ? EAGAIN
+                 : pthread_create(&r->spare->thread, &attr, spindle_worker_main, r->spare);
         if (rc == EINVAL && masked) {
             pthread_attr_destroy(&attr);
             pthread_attr_init(&attr);
@@ -332,7 +334,9 @@ int spindle_start_service_thread(void *(*main_fn)(void *), bool worker_stack) {
     for (size_t k = 0; k < sizeof open_signals / sizeof open_signals[0]; k++) sigdelset(&all, open_signals[k]);
     pthread_sigmask(SIG_SETMASK, &all, &mine);
     pthread_t t;
-    rc = pthread_create(&t, &attr, main_fn, NULL);
+    rc = spindle_seam_thread_refused(worker_stack ? SPINDLE_SEAM_SPAWNER : SPINDLE_SEAM_SERVICE)
+             ? EAGAIN
+             : pthread_create(&t, &attr, main_fn, NULL);
     pthread_sigmask(SIG_SETMASK, &mine, NULL);
     pthread_attr_destroy(&attr);
     return rc;

@@ -205,6 +205,105 @@ int spindle_test_pool_in_forked_child(uint32_t timeout_ms) {
     return wait_for_child(pid, timeout_ms);
 }
 
+/* ---- refused threads, in a fresh process (spindle_test_refused_thread_in_forked_child) */
+
+_Static_assert((int)SPINDLE_TEST_REFUSE_SPARE == (int)SPINDLE_SEAM_SPARE &&
+                   (int)SPINDLE_TEST_REFUSE_SPAWNER == (int)SPINDLE_SEAM_SPAWNER &&
+                   (int)SPINDLE_TEST_REFUSE_MONITOR == (int)SPINDLE_SEAM_SERVICE,
+               "the tests' names for the kinds of thread are the engine's");
+
+/* Two tasks of a one-worker pool: the first blocks (saying so) until the second has run
+ * or `patience_ms` has passed; `second_ran_first` says which. */
+typedef struct rendezvous {
+    _Atomic int second_ran, first_done, second_during_first;
+    uint32_t patience_ms;
+    uint64_t blocked_ns; /* how long the first task blocked */
+} rendezvous;
+
+static void rendezvous_first(void *ctx, spindle_run_reason reason) {
+    (void)reason;
+    rendezvous *r = ctx;
+    uint64_t start = spindle_now_ns();
+    spindle_blocking_begin();
+    for (uint32_t waited = 0; waited < r->patience_ms * 10; waited++) {
+        if (atomic_load_explicit(&r->second_ran, memory_order_acquire)) {
+            atomic_store_explicit(&r->second_during_first, 1, memory_order_relaxed);
+            break;
+        }
+        struct timespec t = {0, 100000};
+        nanosleep(&t, NULL);
+    }
+    spindle_blocking_end();
+    r->blocked_ns = spindle_now_ns() - start;
+    atomic_store_explicit(&r->first_done, 1, memory_order_release);
+}
+
+static void rendezvous_second(void *ctx, spindle_run_reason reason) {
+    (void)reason;
+    atomic_store_explicit(&((rendezvous *)ctx)->second_ran, 1, memory_order_release);
+}
+
+static int live_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* In the child: a one-worker pool runs the rendezvous; 0 when both tasks ran, and the
+ * second during the first's blocking exactly when `spare_expected`. */
+static int run_rendezvous(bool spare_expected) {
+    spindle_config cfg;
+    spindle_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.pinning = SPINDLE_PIN_NONE;
+    spindle_pool *pool;
+    if (spindle_pool_create(&cfg, &pool) != 0) return 20;
+    /* Long enough for a spare to start on a busy machine; a refused spare never does. */
+    static rendezvous r;
+    r.patience_ms = spare_expected ? 60000 : 300;
+    if (spindle_submit(pool, rendezvous_first, &r) != 0) return 21;
+    if (spindle_submit(pool, rendezvous_second, &r) != 0) return 22;
+    if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) return 23;
+    /* Acquire: after destroy joined the workers, but the loads need no more. */
+    if (!atomic_load_explicit(&r.first_done, memory_order_acquire)) return 24;
+    if (!atomic_load_explicit(&r.second_ran, memory_order_acquire)) return 25;
+    bool during = atomic_load_explicit(&r.second_during_first, memory_order_relaxed);
+    if (during != spare_expected) return 26;
+    /* A refused spare is tried again at most once per SPINDLE_SPARE_RETRY_NS (spare.c,
+     * C4), however long its worker blocks, not in a loop on every CPU. */
+    uint32_t refusals = atomic_load_explicit(&spindle_test_refusals, memory_order_relaxed);
+    if (!spare_expected && refusals > r.blocked_ns / SPINDLE_SPARE_RETRY_NS + 3) return 27;
+    return 0;
+}
+
+int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid != 0) return wait_for_child(pid, timeout_ms);
+    /* The child: one thread, no spawner and no monitor yet (their atfork handlers). */
+    atomic_store_explicit(&spindle_test_refused_threads, (uint32_t)kind, memory_order_relaxed);
+    if (kind == SPINDLE_SEAM_SPAWNER) {
+        /* No spawner, so no worker: creation fails with the system's error, and leaves
+         * no thread behind. Once threads are allowed again, the next pool works. */
+        spindle_config cfg;
+        spindle_config_init(&cfg);
+        cfg.workers = 2;
+        cfg.pinning = SPINDLE_PIN_NONE;
+        spindle_pool *pool = NULL;
+        if (spindle_pool_create(&cfg, &pool) != EAGAIN || pool) _exit(10);
+        if (live_threads() != 1) _exit(11);
+        atomic_store_explicit(&spindle_test_refused_threads, 0, memory_order_relaxed);
+        _exit(run_rendezvous(true));
+    }
+    /* A refused monitor: spares still stand in for work that says it blocks. A refused
+     * spare: the blocked task's pool waits for it to return, and loses nothing. */
+    _exit(run_rendezvous(kind == SPINDLE_SEAM_SERVICE));
+}
+
 void spindle_test_log(spindle_log_level level, const char *message) { spindle_log(level, "%s", message); }
 
 size_t spindle_test_plan_bytes(const spindle_plan *p) {

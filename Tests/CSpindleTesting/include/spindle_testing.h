@@ -111,6 +111,18 @@ void spindle_test_limit_threads(int32_t limit);
  *  pool shuts down. Tests only. */
 void spindle_test_hold_pool(spindle_pool *pool, bool hold);
 
+/** Kinds of thread for spindle_test_refused_thread_in_forked_child. */
+enum { SPINDLE_TEST_REFUSE_SPARE = 1, SPINDLE_TEST_REFUSE_SPAWNER = 2, SPINDLE_TEST_REFUSE_MONITOR = 4 };
+
+/** Forks; in the child, a fresh process, every creation of a thread of `kind` fails
+ *  with EAGAIN, as under a thread limit. For the spawner: pool creation must fail with
+ *  EAGAIN and leave no thread, and succeed once threads are allowed again. For the
+ *  monitor: a one-worker pool whose task blocks (saying so) still gets a spare that runs
+ *  the next task. For a spare: that next task runs once the blocked one returns. In
+ *  each, every task runs. Returns 0 when all of that holds, another code naming the
+ *  step that did not (see testing.c), 2 on timeout, 128 + signal, or -errno. */
+int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */

@@ -88,4 +88,20 @@ final class FaultInjectionTests: XCTestCase {
             XCTAssertEqual(threads().count, before, "worker \(k) refused: threads left behind")
         }
     }
+
+    /// The engine's own threads refused one kind at a time, each in a fresh process
+    /// (a forked child, where the spawner and the monitor do not exist yet):
+    /// - no spawner: pool creation fails with EAGAIN and leaves no thread, and works
+    ///   once threads are allowed again;
+    /// - no monitor: a task that says it blocks still gets a spare, which runs the next
+    ///   task meanwhile;
+    /// - no spare: the next task waits for the blocked one to return, and runs.
+    /// Every task runs in each.
+    func testEachRefusedEngineThreadDegradesWithoutLosingWork() {
+        for (kind, name) in [(SPINDLE_TEST_REFUSE_SPAWNER, "spawner"), (SPINDLE_TEST_REFUSE_MONITOR, "monitor"),
+                             (SPINDLE_TEST_REFUSE_SPARE, "spare")] {
+            XCTAssertEqual(spindle_test_refused_thread_in_forked_child(Int32(kind), 120_000), 0,
+                           "the \(name) refused")
+        }
+    }
 }
