@@ -336,6 +336,10 @@ extension Operation {
     @inline(never)
     func promoteRunLate(to rank: UInt8) { promoteRun(to: rank) }
 
+    /// Whether an add has claimed this operation for a queue (seq_cst: the promoter's
+    /// side of the A5 pair, after its raise of the floor).
+    var isInAQueue: Bool { queueSync.word.load(ordering: .sequentiallyConsistent) != 0 }
+
     /// P5: a task on `rank`'s pool that claims and runs this operation, holding it.
     func submitCopy(at rank: UInt8) {
         let task = ClosureTask.make { [self] in
@@ -421,13 +425,17 @@ struct RaisedRuns {
 
     /// P7's second pair, the promoter's side: the raises, then a look at each word. A
     /// run found marked is acted on at once: the mark is there to see. One found IDLE
-    /// may be between its dispatcher's mark and the dispatcher's look at the floor, so
-    /// after one heavy barrier for all such runs, each word is read again.
+    /// in a queue may be between its dispatcher's mark and the dispatcher's look at the
+    /// floor, so after one heavy barrier for all such runs, each word is read again. One
+    /// in no queue needs none: its add reads the floor after claiming the queue word,
+    /// which the promoter reads after its raise (the A5 pair, in `raiseFloors`), so its
+    /// dispatch comes at the raised class — the common case of a chain built before it
+    /// is added, where a barrier per add would cost more than the operation.
     func promoteRuns(to rank: UInt8) {
         guard let first else { return }
         var unmarked: [Operation] = []
-        if !first.promoteRun(to: rank) { unmarked.append(first) }
-        for op in rest where !op.promoteRun(to: rank) { unmarked.append(op) }
+        if !first.promoteRun(to: rank) && first.isInAQueue { unmarked.append(first) }
+        for op in rest where !op.promoteRun(to: rank) && op.isInAQueue { unmarked.append(op) }
         guard !unmarked.isEmpty else { return }
         spindle_barrier_heavy()
         for op in unmarked { op.promoteRun(to: rank) }
