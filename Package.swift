@@ -1,4 +1,4 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.2
 //
 // Spindle: a pthread-level work-stealing pool in C (`CSpindle`) with a Swift façade
 // (`Spindle`) that gives it the semantics of Foundation's Operation / OperationQueue.
@@ -59,7 +59,11 @@ let package = Package(
                 "CSpindle",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
-            ]
+            ],
+            // Every unsafe construct is marked `unsafe` (or its type `@unsafe`/`@safe`),
+            // each with a `// safety:` note naming what keeps it sound: the compiler
+            // shows a new one instead of letting it pass unseen.
+            swiftSettings: [.strictMemorySafety()]
         ),
         .target(
             name: "SpindleServiceLifecycle",
@@ -67,7 +71,8 @@ let package = Package(
                 "Spindle",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle",
                          condition: .when(traits: ["ServiceLifecycle"])),
-            ]
+            ],
+            swiftSettings: [.strictMemorySafety()]
         ),
         // The tests' access to the engine's internals and seams (spindle_testing.h). Part
         // of no product, so a dependent never builds it.

@@ -28,7 +28,7 @@ open class BlockOperation: Operation, @unchecked Sendable {
     /// Creates an operation that runs `block`.
     public convenience init(block: consuming @escaping @Sendable () -> Void) {
         self.init()
-        blockBody = BlockBody(block)
+        unsafe blockBody = BlockBody(block)
     }
 
     /// Adds a block to run concurrently with the others. Traps once the operation has
@@ -44,14 +44,14 @@ open class BlockOperation: Operation, @unchecked Sendable {
     /// The blocks, in the order they were added.
     open var executionBlocks: [@Sendable () -> Void] {
         let added = moreBlocks?.blocks.locked { $0 } ?? []
-        return blockBody.block.map { [$0] + added } ?? added
+        return unsafe blockBody.block.map { [$0] + added } ?? added
     }
 
     /// Runs every block — concurrently on the pool when there are several — and returns
     /// when all have returned.
     open override func main() {
         if !hasMoreBlocks {
-            blockBody.run()
+            unsafe blockBody.run()
             return
         }
         let all = executionBlocks
@@ -62,9 +62,9 @@ open class BlockOperation: Operation, @unchecked Sendable {
             let pool = ThreadPool.current ?? QoSPools.pool(for: qualityOfService)
             // Every block sees the operation's queue as `OperationQueue.current` and the
             // operation as the thread's current one, on whichever worker it runs.
-            let context = UncheckedSendableBox(ThreadState.current.runningContext)
+            let context = unsafe UncheckedSendableBox(ThreadState.current.runningContext)
             pool.concurrentPerform(iterations: all.count, grain: 1) { i in
-                ThreadState.current.withRunningContext(context.value) { all[i]() }
+                unsafe ThreadState.current.withRunningContext(context.value) { all[i]() }
             }
         }
     }

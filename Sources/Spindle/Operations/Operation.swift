@@ -30,7 +30,10 @@ import Synchronization
 /// (`OperationLifecycle.swift`), the finish (`FinishProtocol.swift`), readiness and
 /// dependencies (`Readiness.swift`), the fields its queue owns (`QueueSlot.swift`),
 /// waiting (`Waiter.swift`).
+@safe
 open class Operation: @unchecked Sendable {
+    // safety: its unretained links are kept valid by QueueSlot.swift's and
+    // Dependents.swift's rules.
     // @unchecked: all mutable state is behind `guarded` (a Mutex) or atomics; the
     // queue-owned fields are touched only under the owning queue's lock.
 
@@ -38,7 +41,7 @@ open class Operation: @unchecked Sendable {
     /// to the pool without allocating. It must stay the first stored property:
     /// `TaskNode` (Runtime/UnsafeABI.swift) finds it, and the operation from it, by
     /// the object's layout. Swift never reads it.
-    @exclusivity(unchecked) var engineTask = spindle_task(spindle_private: (nil, nil), run: nil)
+    @exclusivity(unchecked) var engineTask = unsafe spindle_task(spindle_private: (nil, nil), run: nil)
 
     /// Relative priority among the ready operations of one queue.
     public enum QueuePriority: Int, Sendable, Comparable {
@@ -112,7 +115,7 @@ open class Operation: @unchecked Sendable {
     /// lock: its place in the queue's list and what the queue did with it (see
     /// `QueueSlot.swift`). Their synchronisation is that lock, so Swift's dynamic
     /// exclusivity checks are off for them.
-    @exclusivity(unchecked) final var queueSlot = QueueSlot()
+    @exclusivity(unchecked) final var queueSlot = unsafe QueueSlot()
     /// The strong reference behind `queueSync.word`, for an operation that code outside
     /// the queue can reach (see `QueueSlot.swift`). Not under the queue's lock: set by
     /// the thread that claimed the operation, dropped by its finish or its last pin.
@@ -144,7 +147,7 @@ open class Operation: @unchecked Sendable {
         // Relaxed: deinit is the last access; whoever stored the box happened-before the
         // release that brought us here.
         let boxBits = moreBlocksWord.load(ordering: .relaxed)
-        if boxBits != 0 { MoreBlocks.unmanaged(boxBits).release() }
+        if boxBits != 0 { unsafe MoreBlocks.unmanaged(boxBits).release() }
         // Dependencies are released in a loop, not recursively (see ThreadState). Most
         // operations have none and skip the lock and the thread-local bookkeeping.
         guard hadDependencies.load(ordering: .acquiring) else { return }
@@ -159,8 +162,8 @@ open class Operation: @unchecked Sendable {
         // taking the same lock here waits for it, so nobody touches this object after
         // deinit returns. (We hold no lock of ours meanwhile: the finishing dependency
         // takes ours inside its own.)
-        let me = Dependents.key(self)
-        for d in deps { _ = d.guarded.locked { $0.dependents.remove(key: me) } }
+        let me = unsafe Dependents.key(self)
+        for d in deps { _ = d.guarded.locked { unsafe $0.dependents.remove(key: me) } }
         ThreadState.releaseIteratively(consume deps)
     }
 
@@ -196,17 +199,19 @@ open class Operation: @unchecked Sendable {
             }
             if byQueue {
                 // The queue's runner has made us the thread's current operation.
-                if queueSlot.reportsProgress, let queue = ownerQueue {
-                    queue.withGuaranteedReference { $0.runReportingProgress(self) }
+                if unsafe queueSlot.reportsProgress, let queue = unsafe ownerQueue {
+                    unsafe queue.withGuaranteedReference { $0.runReportingProgress(self) }
                 } else {
                     main()
                 }
             } else {
                 let state = ThreadState.current
-                let saved = state.currentOperation
-                state.currentOperation = Unmanaged.passUnretained(self)
+                let saved = unsafe state.currentOperation
+                // safety: unretained while `main()` runs, which `self` outlives; restored
+                // right after.
+                unsafe state.currentOperation = unsafe Unmanaged.passUnretained(self)
                 main()
-                state.currentOperation = saved
+                unsafe state.currentOperation = unsafe saved
             }
         }
         if plain {
@@ -412,7 +417,7 @@ open class Operation: @unchecked Sendable {
         op.needsFinishLock.store(true, ordering: .sequentiallyConsistent)
         let registered = op.guarded.locked { g -> Bool in
             if op.finishHandled.load(ordering: .acquiring) { return false }
-            g.dependents.insert(self) // self too, for `op === self`: see finishProtocol
+            unsafe g.dependents.insert(self) // self too, for `op === self`: see finishProtocol
             return true
         }
         // Already finished: the edge is satisfied at once.
@@ -434,7 +439,7 @@ open class Operation: @unchecked Sendable {
         }
         guard removed else { return }
         let wasPending = op.guarded.locked { g -> Bool in
-            g.dependents.remove(key: Dependents.key(self))
+            unsafe g.dependents.remove(key: Dependents.key(self))
         }
         if wasPending { dependencyFinished() }
     }
@@ -454,23 +459,7 @@ open class Operation: @unchecked Sendable {
     /// operation, which would wait forever.
     open func waitUntilFinished() {
         if finishCompleted.load(ordering: .acquiring) { return }
-        if let current = ThreadState.current.currentOperation, current.toOpaque() == Unmanaged.passUnretained(self).toOpaque() {
-            fatalError("Operation.waitUntilFinished() was called from inside \(describe()) itself: it would wait forever")
-        }
-        // The waiting thread's class reaches what it waits for (Promotion.swift, P3).
-        promote(to: Promotion.callingThreadRank())
-        hasWaiters.store(true, ordering: .sequentiallyConsistent)
-        var latch = spindle_latch()
-        spindle_latch_init(&latch)
-        withUnsafeMutablePointer(to: &latch) { l in
-            let registered = guarded.locked { g -> Bool in
-                if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
-                g.waiters.append(Waiter(latch: l))
-                return true
-            }
-            // Blocks this thread, whatever it is; a pool worker is compensated by a spare.
-            if registered { spindle_latch_wait_blocking(l) }
-        }
+        waitBlocking()
     }
 
     // MARK: - Identity (what Foundation's Operation inherits from NSObject)
@@ -486,7 +475,8 @@ open class Operation: @unchecked Sendable {
     open var hash: Int { ObjectIdentifier(self).hashValue }
 
     /// `<Class: address>`, what Foundation's operations print on Linux (NSObject's form).
-    open var description: String { "<\(type(of: self)): \(Unmanaged.passUnretained(self).toOpaque())>" }
+    // safety: the address is printed, never dereferenced.
+    open var description: String { unsafe "<\(type(of: self)): \(Unmanaged.passUnretained(self).toOpaque())>" }
 }
 
 /// Foundation's `Operation` is an NSObject, hence Hashable and printable: code that

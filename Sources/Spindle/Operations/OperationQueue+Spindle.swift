@@ -53,7 +53,7 @@ extension OperationQueue {
     public func allOperationsFinished() async {
         promoteAll(to: Promotion.callingTaskRank())
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            if !registerDrainWaiter(Waiter(continuation: c)) { c.resume() }
+            if unsafe !registerDrainWaiter(Waiter(continuation: c)) { c.resume() }
         }
     }
 
@@ -63,20 +63,20 @@ extension OperationQueue {
     @discardableResult
     public func onOperationCountChange(_ handler: @escaping @Sendable (Int) -> Void) -> Int {
         hasCountObservers.store(true, ordering: .releasing)
-        return state.locked { s in
-            s.nextObserverID += 1
-            s.countObservers.append((s.nextObserverID, handler))
-            return s.nextObserverID
+        return unsafe state.locked { s in
+            unsafe s.nextObserverID += 1
+            unsafe s.countObservers.append((s.nextObserverID, handler))
+            return unsafe s.nextObserverID
         }
     }
 
     /// Stops the observer registered under `token`.
     public func removeOperationCountObserver(_ token: Int) {
-        state.locked { s in s.countObservers.removeAll { $0.id == token } }
+        unsafe state.locked { s in unsafe s.countObservers.removeAll { $0.id == token } }
     }
 
     func notifyCountChange() {
-        let observers = state.locked { s in s.countObservers.map(\.handler) }
+        let observers = unsafe state.locked { s in unsafe s.countObservers.map(\.handler) }
         let count = operationCount
         for o in observers { o(count) }
     }
@@ -95,7 +95,10 @@ extension OperationQueue {
 ///      the operation has finished, so it sees what the block wrote.
 /// RO2. `run` always calls `take` once the operation has finished, and `take` moves
 ///      the value out, so the storage holds no value when it is deallocated.
+@safe
 final class RunOutcome: @unchecked Sendable {
+    // safety: `storage` is allocated and freed by the class itself, and holds a value only
+    // between RO1's write and `take` (RO2).
     // @unchecked: `storage` and `error` are written once, by the operation's block, before
     // `state` publishes them, and read once, after (RO1).
     private static let none: UInt8 = 0, value: UInt8 = 1, thrown: UInt8 = 2
@@ -104,14 +107,15 @@ final class RunOutcome: @unchecked Sendable {
     private var error: (any Error)?
 
     init<T>(holding _: T.Type) {
-        storage = .allocate(byteCount: Swift.max(1, MemoryLayout<T>.size),
+        // safety: sized and aligned for `T`, the one type `put` and `take` use (RO1, RO2).
+        unsafe storage = .allocate(byteCount: Swift.max(1, MemoryLayout<T>.size),
                             alignment: MemoryLayout<T>.alignment)
     }
 
-    deinit { storage.deallocate() }
+    deinit { unsafe storage.deallocate() }
 
     func returned<T>(_ value: T) {
-        storage.initializeMemory(as: T.self, to: value)
+        unsafe storage.initializeMemory(as: T.self, to: value)
         state.store(RunOutcome.value, ordering: .releasing)
     }
 
@@ -124,8 +128,8 @@ final class RunOutcome: @unchecked Sendable {
     /// ran (it was cancelled first). Called once, after the operation finished.
     func take<T>(_: T.Type) throws -> T {
         switch state.load(ordering: .acquiring) {
-        case RunOutcome.value: return storage.assumingMemoryBound(to: T.self).move()
-        case RunOutcome.thrown: throw error.unsafelyUnwrapped
+        case RunOutcome.value: return unsafe storage.assumingMemoryBound(to: T.self).move()
+        case RunOutcome.thrown: throw unsafe error.unsafelyUnwrapped
         default: throw CancellationError()
         }
     }

@@ -48,7 +48,11 @@ import Synchronization
 /// (`DirectMode.swift`), readiness (`Readiness.swift`), the ready lists
 /// (`ReadyRings.swift`) and the runner that takes an operation from the engine to
 /// `start()` and on to the next (`ChainRunner.swift`).
+@safe
 open class OperationQueue: @unchecked Sendable {
+    // safety: its list of operations holds one retained reference to each
+    // (QueueState.swift)
+    // and it holds itself while it has work (LT1-LT3, QueueLifetime.swift).
     // @unchecked: mutable state is in `state` (under its lock) or in atomics.
 
     /// The default for ``maxConcurrentOperationCount``: as many as the pool's width.
@@ -93,17 +97,17 @@ open class OperationQueue: @unchecked Sendable {
     /// Creates a queue. It starts operations as soon as they are ready.
     public init() {
         isMainQueue = false
-        state = FutexLocked(State())
+        unsafe state = unsafe FutexLocked(State())
     }
 
     init(main: Void) {
-        var s = State(name: "NSOperationQueue Main Queue")
-        s.maxConcurrent = 1
-        s.refreshMode()
-        s.underlyingQueue = DispatchQueue.main
-        s.qualityOfService = .userInteractive
+        var s = unsafe State(name: "NSOperationQueue Main Queue")
+        unsafe s.maxConcurrent = 1
+        unsafe s.refreshMode()
+        unsafe s.underlyingQueue = DispatchQueue.main
+        unsafe s.qualityOfService = .userInteractive
         isMainQueue = true
-        state = FutexLocked(s)
+        unsafe state = unsafe FutexLocked(s)
         assignedQoS.store(QualityOfService.userInteractive.rawValue, ordering: .relaxed)
         counts.store(OperationQueue.scheduledBit, ordering: .relaxed) // not yet shared
     }
@@ -114,7 +118,7 @@ open class OperationQueue: @unchecked Sendable {
     /// The queue of the operation the calling thread is running; on the main thread,
     /// outside any operation, the main queue; nil elsewhere.
     public class var current: OperationQueue? {
-        if let q = ThreadState.current.currentQueue { return q.takeUnretainedValue() }
+        if let q = unsafe ThreadState.current.currentQueue { return unsafe q.takeUnretainedValue() }
         if Thread.isMainThread { return .main }
         return nil
     }
@@ -145,13 +149,18 @@ open class OperationQueue: @unchecked Sendable {
         // needs none of the misuse checks (nor the claiming CAS), and the reference it was
         // created with becomes the queue's list reference instead of being retained
         // there and released here. Three atomic read-modify-writes fewer per operation.
-        let u = Unmanaged<Operation>.passRetained(BlockOperation(block: block))
-        u.withGuaranteedReference { op in
+        // safety: this reference becomes the queue list's one reference to the operation
+        // (QueueState).
+        let u = unsafe Unmanaged<Operation>.passRetained(BlockOperation(block: block))
+        unsafe u.withGuaranteedReference { op in
             // The queue's assigned quality of service becomes the operation's (it then
             // takes a lock and a flag: only on queues that were given one).
             if qos != Int.min { op.qualityOfService = QualityOfService(rawValue: qos) ?? .default }
-            op.queueSync.word.store(UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()), ordering: .relaxed)
-            register(u, op, readyNow: true, fresh: true, isBarrier: false)
+            // safety: the word names the queue unretained; the queue holds itself while the
+            // operation is
+            // unfinished (LT3), and a reader after that pins it (QueueSlot.swift).
+            unsafe op.queueSync.word.store(UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()), ordering: .relaxed)
+            unsafe register(u, op, readyNow: true, fresh: true, isBarrier: false)
         }
     }
 
@@ -164,9 +173,9 @@ open class OperationQueue: @unchecked Sendable {
         if ops.count > 1 {
             // Held like a suspension: added operations wait on their ready lists, and
             // finishing ones take the lock (`scheduledBit`) instead of starting more.
-            startWhatCan { $0.batching += 1 }
+            unsafe startWhatCan { unsafe $0.batching += 1 }
             for op in ops { enqueue(op) }
-            startWhatCan { $0.batching -= 1 }
+            unsafe startWhatCan { unsafe $0.batching -= 1 }
         } else {
             for op in ops { enqueue(op) }
         }
@@ -181,10 +190,10 @@ open class OperationQueue: @unchecked Sendable {
     /// for it.
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
         let op = BarrierOperation(block: barrier)
-        let before = state.locked { s -> [Operation] in
-            s.lastBarrier = op
+        let before = unsafe state.locked { s -> [Operation] in
+            unsafe s.lastBarrier = op
             // The barrier's `dependencies` will list them.
-            return handOut(s.unfinished)
+            return unsafe handOut(s.unfinished)
         }
         // Dependencies on operations that finish meanwhile are satisfied at once.
         for p in before { op.addDependencyEdge(p) }
@@ -200,7 +209,7 @@ open class OperationQueue: @unchecked Sendable {
     /// but they still keep the operations added after them waiting until the ones
     /// before them have finished.
     open func cancelAllOperations() {
-        for op in state.locked({ handOut($0.unfinished) }) { op.cancel() }
+        for op in unsafe state.locked({ unsafe handOut($0.unfinished) }) { op.cancel() }
     }
 
     /// Blocks the calling thread until the queue has no operations left. It runs nothing
@@ -211,18 +220,18 @@ open class OperationQueue: @unchecked Sendable {
         // The waiting thread's class reaches every operation it waits for
         // (Promotion.swift, P3).
         promoteAll(to: Promotion.callingThreadRank())
-        var latch = spindle_latch()
-        spindle_latch_init(&latch)
-        withUnsafeMutablePointer(to: &latch) { l in
+        var latch = unsafe spindle_latch()
+        unsafe spindle_latch_init(&latch)
+        unsafe withUnsafeMutablePointer(to: &latch) { l in
             // Blocks this thread; a pool worker is compensated by a spare.
-            if registerDrainWaiter(Waiter(latch: l)) { spindle_latch_wait_blocking(l) }
+            if unsafe registerDrainWaiter(Waiter(latch: l)) { unsafe spindle_latch_wait_blocking(l) }
         }
     }
 
     /// The operations in the queue that have not finished, in the order they were added
     /// (barriers, which the queue adds for itself, are not listed).
     open var operations: [Operation] {
-        state.locked { handOut($0.unfinished) }.filter { !($0 is BarrierOperation) }
+        unsafe state.locked { unsafe handOut($0.unfinished) }.filter { !($0 is BarrierOperation) }
     }
 
     /// How many operations are in the queue and not finished (barriers not counted).
@@ -242,14 +251,14 @@ open class OperationQueue: @unchecked Sendable {
     /// not stop running operations. Values below -1 trap, as 0 would stall the queue
     /// only on purpose: use ``isSuspended`` for that.
     open var maxConcurrentOperationCount: Int {
-        get { state.locked { $0.maxConcurrent } }
+        get { unsafe state.locked { unsafe $0.maxConcurrent } }
         set {
             // fatalError, not precondition: its message survives release builds.
             if newValue < -1 {
                 fatalError("OperationQueue.maxConcurrentOperationCount must be -1 (the default) or >= 0, got \(newValue)")
             }
             if isMainQueue { return } // stays serial, as with Foundation
-            startWhatCan { $0.maxConcurrent = newValue }
+            unsafe startWhatCan { unsafe $0.maxConcurrent = newValue }
         }
     }
 
@@ -257,10 +266,10 @@ open class OperationQueue: @unchecked Sendable {
     /// cancelled ones wait. Setting it back to false starts what is ready. The main
     /// queue cannot be suspended (setting it has no effect, as with Foundation).
     open var isSuspended: Bool {
-        get { state.locked { $0.suspended } }
+        get { unsafe state.locked { unsafe $0.suspended } }
         set {
             if isMainQueue { return }
-            startWhatCan { $0.suspended = newValue }
+            unsafe startWhatCan { unsafe $0.suspended = newValue }
         }
     }
 
@@ -269,22 +278,23 @@ open class OperationQueue: @unchecked Sendable {
     /// cannot be changed.
     open var name: String? {
         get {
-            state.locked { $0.name } ?? "NSOperationQueue \(Unmanaged.passUnretained(self).toOpaque())"
+            // safety: the address is printed, never dereferenced.
+            unsafe state.locked { unsafe $0.name } ?? "NSOperationQueue \(Unmanaged.passUnretained(self).toOpaque())"
         }
         set {
             if isMainQueue { return }
-            state.locked { $0.name = newValue ?? "" }
+            unsafe state.locked { unsafe $0.name = newValue ?? "" }
         }
     }
 
     /// The quality of service for operations that do not set their own; the operations
     /// that ``addOperation(_:)-(()->Void)`` makes take it on. Fixed on the main queue.
     open var qualityOfService: QualityOfService {
-        get { state.locked { $0.qualityOfService } }
+        get { unsafe state.locked { unsafe $0.qualityOfService } }
         set {
             if isMainQueue { return }
-            state.locked { s in
-                s.qualityOfService = newValue
+            unsafe state.locked { s in
+                unsafe s.qualityOfService = newValue
                 assignedQoS.store(newValue.rawValue, ordering: .relaxed)
             }
         }
@@ -294,12 +304,12 @@ open class OperationQueue: @unchecked Sendable {
     /// Changing it while the queue holds operations traps (Foundation forbids it too).
     /// The main queue's is always `DispatchQueue.main`.
     open var underlyingQueue: DispatchQueue? {
-        get { state.locked { $0.underlyingQueue } }
+        get { unsafe state.locked { unsafe $0.underlyingQueue } }
         set {
             if isMainQueue { return }
-            let ok = state.locked { s -> Bool in
+            let ok = unsafe state.locked { s -> Bool in
                 guard unfinishedCount == 0 else { return false }
-                s.underlyingQueue = newValue
+                unsafe s.underlyingQueue = newValue
                 return true
             }
             if !ok { fatalError("OperationQueue.underlyingQueue was changed while the queue held operations") }
@@ -314,10 +324,10 @@ open class OperationQueue: @unchecked Sendable {
     /// the operation makes becomes its implicit child.
     open var progress: Progress {
         hasProgress.store(true, ordering: .sequentiallyConsistent)
-        return state.locked { s in
-            if let p = s.progress { return p }
+        return unsafe state.locked { s in
+            if let p = unsafe s.progress { return p }
             let p = Progress(totalUnitCount: 0)
-            s.progress = p
+            unsafe s.progress = p
             return p
         }
     }
@@ -336,7 +346,8 @@ open class OperationQueue: @unchecked Sendable {
     open var hash: Int { ObjectIdentifier(self).hashValue }
 
     /// `<Class: address>`, what Foundation's queues print on Linux (NSObject's form).
-    open var description: String { "<\(type(of: self)): \(Unmanaged.passUnretained(self).toOpaque())>" }
+    // safety: the address is printed, never dereferenced.
+    open var description: String { unsafe "<\(type(of: self)): \(Unmanaged.passUnretained(self).toOpaque())>" }
 }
 
 /// Foundation's `OperationQueue` is an NSObject, hence Hashable and printable.

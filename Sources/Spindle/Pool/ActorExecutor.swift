@@ -66,15 +66,15 @@ public final class ActorExecutor: SerialExecutor, @unchecked Sendable {
     }
 
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
-        UnownedSerialExecutor(ordinary: self)
+        unsafe UnownedSerialExecutor(ordinary: self)
     }
 
     /// Submits a drain to the pool; on a pool that has shut down, runs it on a thread
     /// of its own.
     private func scheduleDrain() {
-        let task = ClosureTask.make { [self] in drain() }
-        if spindle_submit_task(pool.raw, task) != 0 {
-            releaseRefusedTask(task)
+        let task = unsafe ClosureTask.make { [self] in drain() }
+        if unsafe spindle_submit_task(pool.raw, task) != 0 {
+            unsafe releaseRefusedTask(task)
             Thread.detachNewThread { [self] in
                 while drain() {}
             }
@@ -86,8 +86,8 @@ public final class ActorExecutor: SerialExecutor, @unchecked Sendable {
     /// or submitted the next drain.
     @discardableResult
     private func drain() -> Bool {
-        let executor = asUnownedSerialExecutor()
-        let taskExecutor = pool.asUnownedTaskExecutor()
+        let executor = unsafe asUnownedSerialExecutor()
+        let taskExecutor = unsafe pool.asUnownedTaskExecutor()
         for _ in 0..<ActorExecutor.batch {
             let next = state.locked { s -> UnownedJob? in
                 if let job = s.jobs.popFirst() { return job }
@@ -95,7 +95,7 @@ public final class ActorExecutor: SerialExecutor, @unchecked Sendable {
                 return nil
             }
             guard let job = next else { return false }
-            job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
+            unsafe job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
         }
         // Hand the worker back: the next drain goes behind whatever else waits.
         let more = state.locked { s -> Bool in

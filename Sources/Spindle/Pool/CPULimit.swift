@@ -33,7 +33,7 @@ extension ThreadPool {
     /// environment replaces the limit's count for all of them.
     public static var cpuLimit: CPULimit? {
         var l = spindle_cpu_limit()
-        spindle_cpu_limit_current(&l)
+        unsafe spindle_cpu_limit_current(&l)
         guard l.workers > 0 else { return nil }
         return CPULimit(cpus: l.cpus, workers: Int(l.workers), cgroupVersion: Int(l.version))
     }
@@ -42,14 +42,14 @@ extension ThreadPool {
     /// `cpu.stat`).
     public static var cpuThrottling: CPUThrottling? {
         var l = spindle_cpu_limit()
-        spindle_cpu_limit_current(&l)
+        unsafe spindle_cpu_limit_current(&l)
         var periods: UInt64 = 0, ns: UInt64 = 0
-        guard l.workers > 0, spindle_cgroup_throttling(&l, &periods, &ns) == 0 else { return nil }
+        guard l.workers > 0, unsafe spindle_cgroup_throttling(&l, &periods, &ns) == 0 else { return nil }
         return CPUThrottling(periods: periods, time: .nanoseconds(Int64(clamping: ns)))
     }
 
     /// How many of the pool's workers take work: ``workerCount``, except for a
     /// process-wide pool under a container's CPU limit (see ``cpuLimit``), whose other
     /// workers sleep until the limit grows. Plan parallel work for this many.
-    public var activeWorkerCount: Int { Int(spindle_pool_active_workers(raw)) }
+    public var activeWorkerCount: Int { unsafe Int(spindle_pool_active_workers(raw)) }
 }

@@ -50,8 +50,8 @@ enum SpindleLogging {
         guard !installed.load(ordering: .acquiring) else { return }
         guard installed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { return }
-        spindle_set_log_handler({ level, message, _ in
-            let text = message.map { String(cString: $0) } ?? ""
+        unsafe spindle_set_log_handler({ level, message, _ in
+            let text = unsafe message.map { unsafe String(cString: $0) } ?? ""
             SpindleLogging.log(level: level == SPINDLE_LOG_ERROR ? .error : level == SPINDLE_LOG_WARNING ? .warning : .notice,
                                "\(text)")
         }, nil)

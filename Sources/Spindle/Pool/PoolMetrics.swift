@@ -169,8 +169,8 @@ final class MetricSet: @unchecked Sendable {
             self.cpu.increment(by: Double(d.seconds) + Double(d.attoseconds) / 1e18)
         }
         last = (max(executed, last.executed), max(stolen, last.stolen), max(refused, last.refused), max(cpu, last.cpu))
-        let parkedNow = Int(spindle_pool_parked(pool.raw))
-        queued.record(Int64(spindle_pool_queued(pool.raw)))
+        let parkedNow = unsafe Int(spindle_pool_parked(pool.raw))
+        unsafe queued.record(Int64(spindle_pool_queued(pool.raw)))
         parked.record(Int64(parkedNow))
         active.record(Int64(pool.activeWorkerCount))
         // Spare slots stay in `stats` once made, vacant or not: count the live ones.
@@ -233,7 +233,10 @@ final class PoolTimerSlot: Sendable {
     private let word = Atomic<UInt>(0)
 
     func publish(_ timers: PoolTimers?) {
-        let bits = timers.map { UInt(bitPattern: Unmanaged.passRetained($0).toOpaque()) } ?? 0
+        // safety: the slot keeps a retained reference for the rest of the process (timers
+        // are never
+        // released), so `current` may hand them out unretained.
+        let bits = timers.map { unsafe UInt(bitPattern: Unmanaged.passRetained($0).toOpaque()) } ?? 0
         word.store(bits, ordering: .releasing)
     }
 
@@ -241,7 +244,8 @@ final class PoolTimerSlot: Sendable {
     @inline(__always)
     var current: PoolTimers? {
         let bits = word.load(ordering: .acquiring)
-        return bits == 0 ? nil : Unmanaged<PoolTimers>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
+        // safety: `bits` is a reference `publish` retained and never releases.
+        return unsafe bits == 0 ? nil : Unmanaged<PoolTimers>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
             .takeUnretainedValue()
     }
 }

@@ -101,7 +101,8 @@ enum QoSPools {
     /// The class of a process-wide pool's engine, if it is one (creates nothing). The
     /// default class's first: a class the system gave no threads runs on its pool.
     static func rank(ofEngine raw: OpaquePointer) -> UInt8? {
-        let bits = UInt(bitPattern: UnsafeRawPointer(raw))
+        // safety: an address compared, never dereferenced.
+        let bits = unsafe UInt(bitPattern: UnsafeRawPointer(raw))
         if engineDefault.load(ordering: .acquiring) == bits { return 3 }
         if engineUI.load(ordering: .acquiring) == bits { return 5 }
         if engineIN.load(ordering: .acquiring) == bits { return 4 }
@@ -211,7 +212,7 @@ enum QoSPools {
     }
 
     static func existing(_ raw: OpaquePointer) -> ThreadPool? {
-        pools.locked { p in p.values.first { $0.raw == raw } }
+        pools.locked { p in p.values.first { unsafe $0.raw == raw } }
     }
 
     /// The engine pool for `qos`, without touching the `ThreadPool` object: every
@@ -219,27 +220,31 @@ enum QoSPools {
     /// an object that every thread shares is a cache line bouncing between cores.
     static func engine(for qos: QualityOfService) -> OpaquePointer {
         switch qos {
-        case .userInteractive: return engine(qos, cachedIn: engineUI)
-        case .userInitiated: return engine(qos, cachedIn: engineIN)
-        case .utility: return engine(qos, cachedIn: engineUT)
-        case .background: return engine(qos, cachedIn: engineBG)
-        default: return engine(qos, cachedIn: engineDefault)
+        case .userInteractive: return unsafe engine(qos, cachedIn: engineUI)
+        case .userInitiated: return unsafe engine(qos, cachedIn: engineIN)
+        case .utility: return unsafe engine(qos, cachedIn: engineUT)
+        case .background: return unsafe engine(qos, cachedIn: engineBG)
+        default: return unsafe engine(qos, cachedIn: engineDefault)
         }
     }
 
     private static func engine(_ qos: QualityOfService, cachedIn slot: borrowing Atomic<UInt>) -> OpaquePointer {
-        if let raw = OpaquePointer(bitPattern: slot.load(ordering: .acquiring)) { return raw }
-        let raw = pool(for: qos).raw
+        // safety: the slot holds zero or the engine of a process-wide pool, which is never
+        // freed.
+        if let raw = unsafe OpaquePointer(bitPattern: slot.load(ordering: .acquiring)) { return unsafe raw }
+        let raw = unsafe pool(for: qos).raw
         // A class's pool is created once and lives for the process: caching its
         // pointer is safe, and racing stores store the same value.
-        slot.store(UInt(bitPattern: UnsafeRawPointer(raw)), ordering: .releasing)
-        return raw
+        unsafe slot.store(UInt(bitPattern: UnsafeRawPointer(raw)), ordering: .releasing)
+        return unsafe raw
     }
 
     /// Caches `raw` as the engine of `qos`'s pool (a pool is made once per class and
     /// fork generation, so racing stores store the same value).
     private static func cacheEngine(_ raw: OpaquePointer, for qos: QualityOfService) {
-        let bits = UInt(bitPattern: UnsafeRawPointer(raw))
+        // safety: the engine of a process-wide pool, never freed, so its address may be
+        // cached.
+        let bits = unsafe UInt(bitPattern: UnsafeRawPointer(raw))
         switch qos {
         case .userInteractive: engineUI.store(bits, ordering: .releasing)
         case .userInitiated: engineIN.store(bits, ordering: .releasing)
@@ -262,9 +267,11 @@ enum QoSPools {
         // The default class's pool is `ThreadPool.shared`: cached, as it is asked for
         // often (by code that submits to it directly).
         let isDefault = offset(for: qos) == 0
-        if isDefault, let object = UnsafeRawPointer(bitPattern: sharedObject.load(ordering: .acquiring)) {
+        if isDefault, let object = unsafe UnsafeRawPointer(bitPattern: sharedObject.load(ordering: .acquiring)) {
             // Kept alive by `pools`, which never lets go of a process-wide pool.
-            return Unmanaged<ThreadPool>.fromOpaque(object).takeUnretainedValue()
+            // safety: `object` is the default class's ThreadPool, stored below and kept by
+            // `pools`.
+            return unsafe Unmanaged<ThreadPool>.fromOpaque(object).takeUnretainedValue()
         }
         _ = forkHandler
         // Keyed by class, never by nice: two classes whose nice values meet at the end
@@ -297,7 +304,8 @@ enum QoSPools {
                            + "every new thread; raise the process's thread limit (RLIMIT_NPROC, or the container's pids.max)")
             }
             if isDefault {
-                sharedObject.store(UInt(bitPattern: Unmanaged.passUnretained(made).toOpaque()), ordering: .releasing)
+                // safety: unretained: `pools` keeps `made` for the life of the process.
+                unsafe sharedObject.store(UInt(bitPattern: Unmanaged.passUnretained(made).toOpaque()), ordering: .releasing)
             }
             // Once per process: the first class pool refused its nice.
             if let error = made.niceError, !p.values.contains(where: { $0.niceError != nil }) {
@@ -305,7 +313,7 @@ enum QoSPools {
             }
             p[key] = made
             // So that `rank(ofEngine:)` knows a pool reached only through this call.
-            cacheEngine(made.raw, for: qos)
+            unsafe cacheEngine(made.raw, for: qos)
             return made
         }
     }
@@ -315,9 +323,9 @@ extension ThreadPool {
     /// The pool whose worker is the calling thread, if it is one of Spindle's pools
     /// that is reachable from Swift (the shared pool or a quality-of-service pool).
     static var current: ThreadPool? {
-        guard let raw = spindle_current_pool() else { return nil }
-        if raw == ThreadPool.shared.raw { return .shared }
-        return QoSPools.existing(raw)
+        guard let raw = unsafe spindle_current_pool() else { return nil }
+        if unsafe raw == ThreadPool.shared.raw { return .shared }
+        return unsafe QoSPools.existing(raw)
     }
 
     /// The worker set that runs operations of quality of service `qos`.

@@ -78,11 +78,11 @@ extension ThreadPool {
         }
         let offload = offloadType.init(body, admission: admission, ticket: ticket, timers: timerSlot.current)
         return try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
+            unsafe try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
                 // A cancellation that came first (even while waiting for a slot that was
                 // then granted) is taken here, and nothing is submitted.
-                guard offload.publish(c) else { return }
-                let rc = spindle_submit_task(raw, offload.submissionNode())
+                guard unsafe offload.publish(c) else { return }
+                let rc = unsafe spindle_submit_task(raw, offload.submissionNode())
                 if rc != 0 {
                     // Refused: nothing was queued. The node is ours again; the offload
                     // is resumed here, with the reason.
@@ -112,13 +112,13 @@ extension ThreadPool {
     /// admission first, so the slot it keeps is never waited for.
     func submitAdmitted(_ work: consuming @escaping @Sendable () -> Void, _ admission: Admission) throws {
         guard let ticket = admission.tryTake() else { throw admissionRefusal() }
-        let task = ClosureTask.make { [work] in
+        let task = unsafe ClosureTask.make { [work] in
             admission.giveBack(ticket)
             work()
         }
-        let rc = spindle_submit_task(raw, task)
+        let rc = unsafe spindle_submit_task(raw, task)
         if rc != 0 {
-            releaseRefusedTask(task)
+            unsafe releaseRefusedTask(task)
             admission.giveBack(ticket)
             throw engineRefusal(rc)
         }
@@ -171,7 +171,7 @@ class OffloadBase: @unchecked Sendable {
     // @unchecked: `engineTask` is written before submission and then only by the engine;
     // the continuation is published through `phase` (OF1).
     /// The engine's task node: the first stored property (see `TaskNode`).
-    @exclusivity(unchecked) final var engineTask = spindle_task(spindle_private: (nil, nil), run: nil)
+    @exclusivity(unchecked) final var engineTask = unsafe spindle_task(spindle_private: (nil, nil), run: nil)
     final let phase = Atomic<UInt8>(OffloadBase.unpublished)
     final let admission: Admission?
     /// What the offload was admitted with (AD5), to give back with its slot.
@@ -199,20 +199,26 @@ class OffloadBase: @unchecked Sendable {
 
     /// The node to submit, with the engine's reference (OF3).
     final func submissionNode() -> UnsafeMutablePointer<spindle_task> {
-        let node = TaskNode.node(of: self)
-        node.pointee.run = { task, reason in
-            let offload = Unmanaged<OffloadBase>.fromOpaque(UnsafeRawPointer(task.unsafelyUnwrapped) - TaskNode.headerSize)
-                .takeRetainedValue()
+        let node = unsafe TaskNode.node(of: self)
+        unsafe node.pointee.run = { task, reason in
+            // safety: the node is this offload's `engineTask`, and the engine's reference,
+            // taken below, is handed back exactly once, here (OF3).
+            let offload = unsafe TaskNode.object(of: task.unsafelyUnwrapped, as: OffloadBase.self).takeRetainedValue()
             if reason == SPINDLE_RUN { offload.start() } else { offload.discard(ThreadPool.Error.shutDown) }
         }
-        _ = Unmanaged.passRetained(self)
-        return node
+        // safety: the engine's reference (OF3): given back once, by the node's run or by
+        // `refused`.
+        _ = unsafe Unmanaged.passRetained(self)
+        return unsafe node
     }
 
     /// The pool refused the node: takes the engine's reference back, and tells the
     /// awaiting task why.
     final func refused(_ error: ThreadPool.Error) {
-        Unmanaged.passUnretained(self).release()
+        // safety: releases the engine's reference `submissionNode` took; the node was never
+        // queued, so
+        // its run will not release it too.
+        unsafe Unmanaged.passUnretained(self).release()
         discard(error)
     }
 
@@ -221,7 +227,10 @@ class OffloadBase: @unchecked Sendable {
 }
 
 @usableFromInline
+@safe
 final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
+    // safety: the unsafe continuation is resumed exactly once, by whoever moves `phase` out
+    // of pending (OF1).
     // @unchecked: `continuation` is written once, before `phase` publishes it, and read
     // only by the one that moves `phase` out of pending (OF1).
     let body: @Sendable () throws -> T
@@ -247,13 +256,13 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     /// Stores the continuation and publishes it (OF1); false, having resumed it with
     /// `CancellationError`, when the awaiting task was cancelled first (OF2).
     func publish(_ c: UnsafeContinuation<T, any Swift.Error>) -> Bool {
-        continuation = c
+        unsafe continuation = unsafe c
         // Release: the continuation before the phase that says it is there.
         if phase.compareExchange(expected: OffloadBase.unpublished, desired: OffloadBase.pending,
                                  ordering: .releasing).exchanged {
             return true
         }
-        resume(c, throwing: CancellationError())
+        unsafe resume(c, throwing: CancellationError())
         return false
     }
 
@@ -266,24 +275,24 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
             return
         }
         if leavePending(to: OffloadBase.cancelled) {
-            resume(continuation.unsafelyUnwrapped, throwing: CancellationError())
+            unsafe resume(continuation.unsafelyUnwrapped, throwing: CancellationError())
         }
     }
 
     override func start() {
         guard leavePending(to: OffloadBase.started) else { return }
-        let c = continuation.unsafelyUnwrapped
+        let c = unsafe continuation.unsafelyUnwrapped
         let started = timers == nil ? 0 : DispatchTime.now().uptimeNanoseconds
         let value: T
         do {
             value = try body()
         } catch {
             record(started: started)
-            resume(c, throwing: error)
+            unsafe resume(c, throwing: error)
             return
         }
         record(started: started)
-        resume(c, returning: value)
+        unsafe resume(c, returning: value)
     }
 
     /// Records the closure's queueing delay and run time when the pool is timed.
@@ -302,18 +311,18 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     /// onto this worker's deque, so under TSan that one push goes unrecorded too.
     private func resume(_ c: UnsafeContinuation<T, any Swift.Error>, returning value: T) {
         spindle_tsan_ignore_accesses_begin()
-        c.resume(returning: value)
+        unsafe c.resume(returning: value)
         spindle_tsan_ignore_accesses_end()
     }
 
     private func resume(_ c: UnsafeContinuation<T, any Swift.Error>, throwing error: any Swift.Error) {
         spindle_tsan_ignore_accesses_begin()
-        c.resume(throwing: error)
+        unsafe c.resume(throwing: error)
         spindle_tsan_ignore_accesses_end()
     }
 
     override func discard(_ error: ThreadPool.Error) {
         guard leavePending(to: OffloadBase.discarded) else { return }
-        resume(continuation.unsafelyUnwrapped, throwing: error)
+        unsafe resume(continuation.unsafelyUnwrapped, throwing: error)
     }
 }

@@ -103,7 +103,10 @@ extension ThreadPool {
 extension ThreadPool.Configuration {
     /// What the engine is given: every setting checked, converted, and the placement
     /// planned when nodes or CPUs are named.
+    @unsafe
     struct Validated {
+        // safety: `engine` points into the configuration's strings and plan, which must
+        // outlive its use.
         var engine: spindle_config
         var plan: PlacementPlan?
     }
@@ -141,29 +144,29 @@ extension ThreadPool.Configuration {
         guard spareIdleNs > 0 else {
             throw Error.invalidConfiguration("spareIdleTimeout must be positive, got \(spareIdleTimeout)")
         }
-        var cfg = spindle_config()
-        spindle_config_init(&cfg)
-        cfg.max_spares = UInt32(maxSpareWorkers)
-        cfg.spare_idle_ns = UInt64(spareIdleNs)
-        cfg.workers = UInt32(workers ?? 0)
-        cfg.deque_capacity = UInt32(dequeCapacity)
-        cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
-        cfg.nice = nice ?? SPINDLE_NICE_INHERIT
-        cfg.policy = policy.rawValue
+        var cfg = unsafe spindle_config()
+        unsafe spindle_config_init(&cfg)
+        unsafe cfg.max_spares = UInt32(maxSpareWorkers)
+        unsafe cfg.spare_idle_ns = UInt64(spareIdleNs)
+        unsafe cfg.workers = UInt32(workers ?? 0)
+        unsafe cfg.deque_capacity = UInt32(dequeCapacity)
+        unsafe cfg.spin_ns = spinNs == 0 ? 1 : UInt32(spinNs)
+        unsafe cfg.nice = nice ?? SPINDLE_NICE_INHERIT
+        unsafe cfg.policy = policy.rawValue
         if let timeSlice {
             let ns = timeSlice.wholeNanoseconds
             guard ns >= 0, ns < Int64(UInt32.max) else {
                 throw Error.invalidConfiguration("timeSlice must be between 0 and ~4 s")
             }
-            cfg.slice_ns = ns == 0 ? SPINDLE_SLICE_KERNEL : UInt32(ns)
+            unsafe cfg.slice_ns = ns == 0 ? SPINDLE_SLICE_KERNEL : UInt32(ns)
         }
-        cfg.pinning = Int32(pinning.engineValue.rawValue)
+        unsafe cfg.pinning = Int32(pinning.engineValue.rawValue)
         // Process-wide pools never shut down: the engine then skips the shutdown
         // bookkeeping on every submission.
-        cfg.permanent = processWide
+        unsafe cfg.permanent = processWide
         let placement = try plannedPlacement()
-        if placement != nil { cfg.workers = 0 }
-        return Validated(engine: cfg, plan: placement)
+        if placement != nil { unsafe cfg.workers = 0 }
+        return unsafe Validated(engine: cfg, plan: placement)
     }
 
     /// ``plan``, or one made for ``nodes`` and ``cpus`` when either is set; nil lets the

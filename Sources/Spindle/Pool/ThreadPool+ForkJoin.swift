@@ -53,7 +53,7 @@ extension ThreadPool {
             },
             { resultB = b() })
         #else
-        _spindleSwiftForkJoin(
+        unsafe _spindleSwiftForkJoin(
             raw,
             {
                 do throws(E) { resultA = try a() } catch { failure = error }
@@ -63,7 +63,7 @@ extension ThreadPool {
         // `b` has finished by now, whether or not `a` threw: it may have been using
         // memory the caller owns.
         if let failure { throw failure }
-        return (resultA.unsafelyUnwrapped, resultB.unsafelyUnwrapped)
+        return unsafe (resultA.unsafelyUnwrapped, resultB.unsafelyUnwrapped)
     }
 
     /// The fork-join of ``join(_:_:)`` through the engine's plain C interface
@@ -76,16 +76,16 @@ extension ThreadPool {
     func joinPortable(_ here: () -> Void, _ offered: () -> Void) {
         withoutActuallyEscaping(offered) { offered in
             var stored = offered
-            withUnsafeMutablePointer(to: &stored) { closure in
-                var frame = spindle_join_frame()
-                frame.fn = { ctx in ctx.unsafelyUnwrapped.assumingMemoryBound(to: (() -> Void).self).pointee() }
-                frame.ctx = UnsafeMutableRawPointer(closure)
-                withUnsafeMutablePointer(to: &frame) { frame in
-                    spindle_fork(raw, frame)
+            unsafe withUnsafeMutablePointer(to: &stored) { closure in
+                var frame = unsafe spindle_join_frame()
+                unsafe frame.fn = { ctx in unsafe ctx.unsafelyUnwrapped.assumingMemoryBound(to: (() -> Void).self).pointee() }
+                unsafe frame.ctx = UnsafeMutableRawPointer(closure)
+                unsafe withUnsafeMutablePointer(to: &frame) { frame in
+                    unsafe spindle_fork(raw, frame)
                     here()
                     // Every fork is joined before the frame and the closure go away; a
                     // thief has finished with both when `spindle_join` returns false.
-                    if spindle_join(raw, frame) { closure.pointee() }
+                    if unsafe spindle_join(raw, frame) { unsafe closure.pointee() }
                 }
             }
         }
@@ -103,17 +103,17 @@ extension ThreadPool {
         guard iterations > 0 else { return }
         withoutActuallyEscaping(body) { body in
             var fn: @Sendable (Int) -> Void = body
-            withUnsafeMutablePointer(to: &fn) { fnPtr in
-                let rc = spindle_parallel_for(
+            unsafe withUnsafeMutablePointer(to: &fn) { fnPtr in
+                let rc = unsafe spindle_parallel_for(
                     raw, iterations, max(grain ?? 0, 0),
                     { ctx, begin, end in
-                        let f = ctx!.assumingMemoryBound(to: (@Sendable (Int) -> Void).self).pointee
+                        let f = unsafe ctx!.assumingMemoryBound(to: (@Sendable (Int) -> Void).self).pointee
                         for i in begin..<end { f(i) }
                     }, UnsafeMutableRawPointer(fnPtr))
                 if rc != 0 {
                     // Out of memory for the shared loop state: run it here, serially,
                     // rather than lose iterations.
-                    for i in 0..<iterations { fnPtr.pointee(i) }
+                    for i in 0..<iterations { unsafe fnPtr.pointee(i) }
                 }
             }
         }

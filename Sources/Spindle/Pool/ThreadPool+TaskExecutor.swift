@@ -46,7 +46,10 @@ extension ThreadPool: TaskExecutor {
 /// The engine's task node with a Swift job in it: `[spindle_task | Payload]`, one
 /// allocation, freed before the job runs.
 enum JobTask {
+    @unsafe
     struct Payload {
+        // safety: lives inside a task node; the pool reference is retained at submission
+        // and released once, after the job runs.
         let job: UnownedJob
         /// Retained from submission until the job has run, which passes the pool to
         /// the runtime as its executor: the pool must outlive the run whoever else
@@ -55,29 +58,23 @@ enum JobTask {
         let pool: Unmanaged<ThreadPool>
     }
 
-    static let payloadOffset = taskPayloadOffset(Payload.self)
-    static let byteCount = payloadOffset + MemoryLayout<Payload>.size
+    /// The block's size, which the engine's node cache must fit (TaskNodeCacheTests).
+    static let byteCount = unsafe taskBlockSize(Payload.self)
 
     static func submit(_ job: UnownedJob, to pool: ThreadPool) {
-        let raw = spindleMalloc(byteCount)
-        let task = raw.initializeMemory(
-            as: spindle_task.self,
-            repeating: spindle_task(spindle_private: (nil, nil), run: { task, reason in
-                let payload = takeTaskPayload(task!, Payload.self, at: JobTask.payloadOffset)
-                if reason == SPINDLE_RUN {
-                    payload.job.runSynchronously(on: payload.pool.takeUnretainedValue().asUnownedTaskExecutor())
-                } else {
-                    JobTask.runElsewhere(payload.job)
-                }
-                payload.pool.release()
-            }),
-            count: 1)
-        (raw + payloadOffset).initializeMemory(
-            as: Payload.self, repeating: Payload(job: job, pool: .passRetained(pool)), count: 1)
-        if spindle_submit_task(pool.raw, task) != 0 {
+        let task = unsafe makeTaskBlock(Payload(job: job, pool: .passRetained(pool))) { task, reason in
+            let payload = unsafe takeTaskPayload(task!, Payload.self)
+            if reason == SPINDLE_RUN {
+                unsafe payload.job.runSynchronously(on: payload.pool.takeUnretainedValue().asUnownedTaskExecutor())
+            } else {
+                unsafe JobTask.runElsewhere(payload.job)
+            }
+            unsafe payload.pool.release()
+        }
+        if unsafe spindle_submit_task(pool.raw, task) != 0 {
             // Refused: the pool is shutting down. Nothing was queued; the job goes
             // elsewhere, as when a cancelling shutdown discards it.
-            releaseRefusedTask(task)
+            unsafe releaseRefusedTask(task)
         }
     }
 

@@ -34,7 +34,10 @@ import Glibc
 ///   finds; past the cap, work waits for a worker to return.
 /// - By default the pool queues without bound, as its peers do. Give it a
 ///   ``Configuration/queueLimit`` to refuse work under overload instead.
+@safe
 public final class ThreadPool: @unchecked Sendable {
+    // safety: `raw` is the engine's pool, created in init and freed once, after the last
+    // reference goes: in deinit, or by a helper thread deinit starts for a busy pool.
     // @unchecked: the C pool is internally synchronised; `raw` never changes and is
     // freed only in deinit, when no other reference can exist.
     @usableFromInline let raw: OpaquePointer
@@ -127,21 +130,21 @@ public final class ThreadPool: @unchecked Sendable {
 
     init(configuration: Configuration, processWide: Bool) throws {
         SpindleLogging.installEngineHandler()
-        let checked = try configuration.validated(processWide: processWide)
-        var cfg = checked.engine
-        let plan = checked.plan
+        let checked = unsafe try configuration.validated(processWide: processWide)
+        var cfg = unsafe checked.engine
+        let plan = unsafe checked.plan
         var pool: OpaquePointer?
-        let rc = configuration.name.withCString { name -> Int32 in
-            cfg.name = name
-            cfg.plan = plan.map { $0.handle.raw }
-            return spindle_pool_create(&cfg, &pool)
+        let rc = unsafe configuration.name.withCString { name -> Int32 in
+            unsafe cfg.name = unsafe name
+            unsafe cfg.plan = unsafe plan.map { unsafe $0.handle.raw }
+            return unsafe spindle_pool_create(&cfg, &pool)
         }
-        guard rc == 0, let pool else {
+        guard rc == 0, let pool = unsafe pool else {
             if rc == EINVAL { throw Error.invalidConfiguration("rejected by the engine") }
             throw Error.systemError(errno: rc)
         }
-        self.raw = pool
-        self.workerCount = Int(spindle_pool_worker_count(pool))
+        unsafe self.raw = unsafe pool
+        self.workerCount = unsafe Int(spindle_pool_worker_count(pool))
         self.isProcessWide = processWide
         self.admission = configuration.queueLimit != nil || configuration.queueDelayLimit != nil
             ? Admission(limit: configuration.queueLimit, delayLimit: configuration.queueDelayLimit) : nil
@@ -150,25 +153,27 @@ public final class ThreadPool: @unchecked Sendable {
     }
 
     deinit {
-        let pool = UncheckedSendablePointer(raw)
+        let pool = unsafe UncheckedSendablePointer(raw)
         // The thread dropping the last reference must not wait for the pool's work: it
         // may be a cooperative thread, and a drain may never finish. An idle pool stops
         // at once and is freed here; a busy one is drained and freed by a helper thread.
-        if spindle_pool_current_worker(raw) >= 0 || !spindle_pool_is_idle(raw) {
+        if unsafe spindle_pool_current_worker(raw) >= 0 || !spindle_pool_is_idle(raw) {
             // (Inside one of our own tasks this thread could not wait for itself either.)
             var thread = pthread_t()
-            let box = Unmanaged.passRetained(FreeRequest(pool)).toOpaque()
-            let rc = pthread_create(&thread, nil, { arg in
-                let req = Unmanaged<FreeRequest>.fromOpaque(arg!).takeRetainedValue()
-                spindle_pool_free(req.pool.pointer)
+            // safety: one retained reference, taken back once: by the thread, or below if
+            // it did not start.
+            let box = unsafe Unmanaged.passRetained(FreeRequest(pool)).toOpaque()
+            let rc = unsafe pthread_create(&thread, nil, { arg in
+                let req = unsafe Unmanaged<FreeRequest>.fromOpaque(arg!).takeRetainedValue()
+                unsafe spindle_pool_free(req.pool.pointer)
                 return nil
-            }, box)
+            }, unsafe box)
             if rc == 0 { pthread_detach(thread) } else {
-                Unmanaged<FreeRequest>.fromOpaque(box).release()
+                unsafe Unmanaged<FreeRequest>.fromOpaque(box).release()
                 // Leaking is the only safe answer left: the pool stays alive, idle.
             }
         } else {
-            spindle_pool_free(pool.pointer)
+            unsafe spindle_pool_free(pool.pointer)
         }
     }
 
@@ -190,10 +195,10 @@ public final class ThreadPool: @unchecked Sendable {
             return try submitAdmitted(work, admission)
         }
         let task: UnsafeMutablePointer<spindle_task>
-        if let timers = submissionTimers { task = ClosureTask.make(timed(work, timers)) } else { task = ClosureTask.make(work) }
-        let rc = spindle_submit_task(raw, task)
+        if let timers = submissionTimers { unsafe task = unsafe ClosureTask.make(timed(work, timers)) } else { unsafe task = unsafe ClosureTask.make(work) }
+        let rc = unsafe spindle_submit_task(raw, task)
         if rc != 0 {
-            releaseRefusedTask(task)
+            unsafe releaseRefusedTask(task)
             throw engineRefusal(rc)
         }
     }
@@ -215,7 +220,7 @@ public final class ThreadPool: @unchecked Sendable {
     public func shutdown(_ mode: ShutdownMode = .drain) throws {
         if isProcessWide { throw Error.processWidePool }
         admission?.close()
-        let rc = spindle_pool_shutdown(raw, mode == .drain ? SPINDLE_SHUTDOWN_DRAIN : SPINDLE_SHUTDOWN_CANCEL)
+        let rc = unsafe spindle_pool_shutdown(raw, mode == .drain ? SPINDLE_SHUTDOWN_DRAIN : SPINDLE_SHUTDOWN_CANCEL)
         switch rc {
         case 0, EALREADY: return
         case EDEADLK: throw Error.shutdownFromOwnWorker
@@ -224,10 +229,10 @@ public final class ThreadPool: @unchecked Sendable {
     }
 
     /// True once `shutdown(_:)` has begun.
-    public var isShuttingDown: Bool { spindle_pool_is_shutting_down(raw) }
+    public var isShuttingDown: Bool { unsafe spindle_pool_is_shutting_down(raw) }
 
     /// True when the calling thread is one of this pool's workers, a spare included.
-    public var isCurrentThreadWorker: Bool { spindle_pool_current_worker(raw) >= 0 }
+    public var isCurrentThreadWorker: Bool { unsafe spindle_pool_current_worker(raw) >= 0 }
 
     /// The index, in `0..<workerCount`, of the calling worker; nil outside the pool and
     /// on a spare worker.
@@ -238,32 +243,32 @@ public final class ThreadPool: @unchecked Sendable {
     /// worker it belongs to. Code on a spare that needs a slot falls back to a shared
     /// one, as code outside the pool does.
     public var currentWorkerIndex: Int? {
-        let i = spindle_pool_current_worker(raw)
+        let i = unsafe spindle_pool_current_worker(raw)
         return i >= 0 && i < workerCount ? Int(i) : nil
     }
 
     /// Why pinning a worker to its planned CPUs failed (for instance, a plan for CPUs
     /// this machine does not have), or nil.
     public var pinningError: Int32? {
-        let e = spindle_pool_pin_error(raw)
+        let e = unsafe spindle_pool_pin_error(raw)
         return e == 0 ? nil : e
     }
 
     /// The nice value the workers actually run at.
-    public var effectiveNice: Int32 { spindle_pool_effective_nice(raw) }
+    public var effectiveNice: Int32 { unsafe spindle_pool_effective_nice(raw) }
     /// Why the configured nice value was refused (`EACCES` for an unprivileged process
     /// asking for a negative nice), or nil if it was applied.
     public var niceError: Int32? {
-        let e = spindle_pool_nice_error(raw)
+        let e = unsafe spindle_pool_nice_error(raw)
         return e == 0 ? nil : e
     }
 
     /// The policy the workers actually run under, as `sched_getscheduler` reports it
     /// (`SCHED_OTHER` 0, `SCHED_BATCH` 3, `SCHED_IDLE` 5).
-    public var effectivePolicy: Int32 { spindle_pool_effective_policy(raw) }
+    public var effectivePolicy: Int32 { unsafe spindle_pool_effective_policy(raw) }
     /// Why the configured policy was refused, or nil if it was applied.
     public var policyError: Int32? {
-        let e = spindle_pool_policy_error(raw)
+        let e = unsafe spindle_pool_policy_error(raw)
         return e == 0 ? nil : e
     }
 
@@ -271,7 +276,7 @@ public final class ThreadPool: @unchecked Sendable {
     /// Linux before 6.12 has no per-thread slice), or nil if it was applied or none was
     /// asked for.
     public var timeSliceError: Int32? {
-        let e = spindle_pool_slice_error(raw)
+        let e = unsafe spindle_pool_slice_error(raw)
         return e == 0 ? nil : e
     }
 
@@ -279,21 +284,21 @@ public final class ThreadPool: @unchecked Sendable {
     /// resolved, so 100 µs for a normal-policy pool by default — or nil when they kept
     /// the kernel's. Whether the kernel granted it: ``timeSliceError``.
     public var requestedTimeSlice: Duration? {
-        let ns = spindle_pool_requested_slice_ns(raw)
+        let ns = unsafe spindle_pool_requested_slice_ns(raw)
         return ns == 0 ? nil : .nanoseconds(Int64(ns))
     }
 
     /// Per-worker counters, as one snapshot (each counter read atomically): the pool's
     /// own workers first, then each spare slot it has made (``WorkerStats/isSpare``).
     public var stats: [WorkerStats] {
-        let slots = Int(spindle_pool_slot_count(raw))
+        let slots = unsafe Int(spindle_pool_slot_count(raw))
         var out = [spindle_worker_stats](repeating: spindle_worker_stats(), count: slots)
-        let n = Int(spindle_pool_stats(raw, &out, UInt32(slots)))
+        let n = unsafe Int(spindle_pool_stats(raw, &out, UInt32(slots)))
         return out.prefix(n).map(WorkerStats.init)
     }
 
     /// CPU time consumed by all the pool's threads since it started.
-    public var cpuTime: Duration { .nanoseconds(Int64(spindle_pool_cpu_time_ns(raw))) }
+    public var cpuTime: Duration { unsafe .nanoseconds(Int64(spindle_pool_cpu_time_ns(raw))) }
 }
 
 /// Counters of one worker thread, monotonic since the pool started.
@@ -329,14 +334,18 @@ public struct WorkerStats: Sendable, Equatable {
 }
 
 /// A raw pointer we promise to use safely across threads.
+@unsafe
 struct UncheckedSendablePointer: @unchecked Sendable {
+    // safety: a bare engine pointer; its owner decides when it is freed.
     let pointer: OpaquePointer
-    init(_ p: OpaquePointer) { pointer = p }
+    init(_ p: OpaquePointer) { unsafe pointer = unsafe p }
 }
 
+@safe
 private final class FreeRequest: @unchecked Sendable {
+    // safety: carries the pool to the thread that frees it, once.
     let pool: UncheckedSendablePointer
-    init(_ p: UncheckedSendablePointer) { pool = p }
+    init(_ p: UncheckedSendablePointer) { unsafe pool = unsafe p }
 }
 
 extension Duration {
@@ -371,5 +380,5 @@ extension ThreadPool {
 
     /// Spare workers this pool runs now, beside its own (see
     /// ``Configuration/maxSpareWorkers``).
-    public var spareWorkerCount: Int { Int(spindle_pool_spare_count(raw)) }
+    public var spareWorkerCount: Int { unsafe Int(spindle_pool_spare_count(raw)) }
 }

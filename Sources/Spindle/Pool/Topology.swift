@@ -46,28 +46,28 @@ public struct Topology: Sendable {
     /// planned for); otherwise a list such as `"0-63,128-191"`.
     public static func load(sysfsRoot: String? = nil, cpus: String? = nil) throws -> Topology {
         var raw: OpaquePointer?
-        let rc = withOptionalCString(sysfsRoot) { root in
-            withOptionalCString(cpus) { list in spindle_topology_load(root, list, &raw) }
+        let rc = unsafe withOptionalCString(sysfsRoot) { root in
+            unsafe withOptionalCString(cpus) { list in unsafe spindle_topology_load(root, list, &raw) }
         }
-        guard rc == 0, let raw else {
-            let why = spindle_topology_load_error().map { String(cString: $0) }
+        guard rc == 0, let raw = unsafe raw else {
+            let why = unsafe spindle_topology_load_error().map { unsafe String(cString: $0) }
             switch rc {
             case EINVAL: throw Error.invalidCPUList(why.map { "\(cpus ?? "the CPU mask"): \($0)" } ?? (cpus ?? "the CPU mask"))
             case ENOENT, EBADMSG: throw Error.invalidSysfs(why ?? "errno \(rc)")
             default: throw Error.systemError(errno: rc)
             }
         }
-        let handle = TopologyHandle(raw)
+        let handle = unsafe TopologyHandle(raw)
         var nodes: [Node] = []
-        let n = spindle_topology_node_count(raw)
+        let n = unsafe spindle_topology_node_count(raw)
         for i in 0..<n {
-            let count = spindle_topology_node_cpus(raw, i, nil, 0)
+            let count = unsafe spindle_topology_node_cpus(raw, i, nil, 0)
             var cpus = [Int32](repeating: 0, count: Int(count))
-            spindle_topology_node_cpus(raw, i, &cpus, count)
-            nodes.append(Node(id: Int(spindle_topology_node_id(raw, i)), cpus: cpus.map(Int.init)))
+            unsafe spindle_topology_node_cpus(raw, i, &cpus, count)
+            unsafe nodes.append(Node(id: Int(spindle_topology_node_id(raw, i)), cpus: cpus.map(Int.init)))
         }
-        let distances = (0..<n).map { a in (0..<n).map { b in Int(spindle_topology_distance(raw, a, b)) } }
-        let fallback = spindle_topology_fallback(raw).map { String(cString: $0) }
+        let distances = (0..<n).map { a in (0..<n).map { b in unsafe Int(spindle_topology_distance(raw, a, b)) } }
+        let fallback = unsafe spindle_topology_fallback(raw).map { unsafe String(cString: $0) }
         return Topology(nodes: nodes, distances: distances, fallbackReason: fallback, handle: handle)
     }
 
@@ -87,14 +87,14 @@ public struct Topology: Sendable {
         }
         var raw: OpaquePointer?
         let ids = (nodeIDs ?? []).map(Int32.init)
-        let rc = ids.withUnsafeBufferPointer { buf in
-            spindle_plan_create(handle.raw, UInt32(workers ?? 0), pinning.engineValue, buf.baseAddress, UInt32(buf.count), &raw)
+        let rc = unsafe ids.withUnsafeBufferPointer { buf in
+            unsafe spindle_plan_create(handle.raw, UInt32(workers ?? 0), pinning.engineValue, buf.baseAddress, UInt32(buf.count), &raw)
         }
-        guard rc == 0, let raw else {
+        guard rc == 0, let raw = unsafe raw else {
             if rc == EINVAL { throw Error.invalidPlan("the chosen nodes have no usable CPU") }
             throw Error.systemError(errno: rc)
         }
-        return PlacementPlan(PlanHandle(raw))
+        return unsafe PlacementPlan(PlanHandle(raw))
     }
 }
 
@@ -122,12 +122,12 @@ public struct PlacementPlan: Sendable {
 
         /// The steal order cut into its tiers, each listed by worker index.
         public var stealTiers: [[Int]] {
-            let raw = handle.raw, w = UInt32(id)
-            let n = spindle_plan_worker_count(raw)
+            let raw = unsafe handle.raw, w = UInt32(id)
+            let n = unsafe spindle_plan_worker_count(raw)
             var order = [UInt32](repeating: 0, count: Int(n))
-            let k = Int(spindle_plan_steal_order(raw, w, &order, n))
-            return (0..<spindle_plan_tier_count(raw, w)).map { t in
-                let lo = Int(spindle_plan_tier_start(raw, w, t)), hi = Int(spindle_plan_tier_start(raw, w, t + 1))
+            let k = unsafe Int(spindle_plan_steal_order(raw, w, &order, n))
+            return unsafe (0..<spindle_plan_tier_count(raw, w)).map { t in
+                let lo = unsafe Int(spindle_plan_tier_start(raw, w, t)), hi = unsafe Int(spindle_plan_tier_start(raw, w, t + 1))
                 return order[min(lo, k)..<min(hi, k)].map(Int.init)
             }
         }
@@ -144,10 +144,10 @@ public struct PlacementPlan: Sendable {
 
     init(_ handle: PlanHandle) {
         self.handle = handle
-        let raw = handle.raw
-        workers = (0..<spindle_plan_worker_count(raw)).map { w in
-            let cpu = spindle_plan_worker_cpu(raw, w)
-            return Worker(id: Int(w), cpu: cpu >= 0 ? Int(cpu) : nil, node: Int(spindle_plan_worker_node(raw, w)),
+        let raw = unsafe handle.raw
+        workers = unsafe (0..<spindle_plan_worker_count(raw)).map { w in
+            let cpu = unsafe spindle_plan_worker_cpu(raw, w)
+            return unsafe Worker(id: Int(w), cpu: cpu >= 0 ? Int(cpu) : nil, node: Int(spindle_plan_worker_node(raw, w)),
                           memoryNode: Int(spindle_plan_worker_memory_node(raw, w)), handle: handle)
         }
     }
@@ -182,22 +182,26 @@ extension ThreadPool {
 }
 
 /// Owns a C topology; freed with the last copy of the Topology.
+@safe
 final class TopologyHandle: @unchecked Sendable {
+    // safety: owns `raw`, freed once in deinit.
     // @unchecked: immutable after load; the C object is only read.
     let raw: OpaquePointer
-    init(_ raw: OpaquePointer) { self.raw = raw }
-    deinit { spindle_topology_free(raw) }
+    init(_ raw: OpaquePointer) { unsafe self.raw = unsafe raw }
+    deinit { unsafe spindle_topology_free(raw) }
 }
 
 /// Owns a C plan; freed with the last copy of the PlacementPlan.
+@safe
 final class PlanHandle: @unchecked Sendable {
+    // safety: owns `raw`, freed once in deinit.
     // @unchecked: immutable after creation; the C object is only read.
     let raw: OpaquePointer
-    init(_ raw: OpaquePointer) { self.raw = raw }
-    deinit { spindle_plan_free(raw) }
+    init(_ raw: OpaquePointer) { unsafe self.raw = unsafe raw }
+    deinit { unsafe spindle_plan_free(raw) }
 }
 
 func withOptionalCString<R>(_ s: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
     guard let s else { return body(nil) }
-    return s.withCString { body($0) }
+    return unsafe s.withCString { unsafe body($0) }
 }

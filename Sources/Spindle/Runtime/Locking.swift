@@ -11,10 +11,10 @@ extension Mutex where Value: ~Copyable {
     /// inside would itself be an access TSan sees before the acquire.
     @inline(__always)
     func locked<Result>(_ body: (inout sending Value) -> sending Result) -> sending Result {
-        let address = withUnsafePointer(to: self) { UnsafeMutableRawPointer(mutating: $0) }
+        let address = unsafe withUnsafePointer(to: self) { unsafe UnsafeMutableRawPointer(mutating: $0) }
         return withLock { (value: inout sending Value) -> sending Result in
-            spindle_tsan_acquire(address)
-            defer { spindle_tsan_release(address) }
+            unsafe spindle_tsan_acquire(address)
+            defer { unsafe spindle_tsan_release(address) }
             return body(&value)
         }
     }
@@ -34,16 +34,16 @@ struct FutexLocked<Value>: @unchecked Sendable {
 
     init(_ value: Value) {
         buffer = ManagedBuffer.create(minimumCapacity: 1) { _ in value }
-        buffer.withUnsafeMutablePointerToElements { spindle_mutex_init($0) }
+        unsafe buffer.withUnsafeMutablePointerToElements { unsafe spindle_mutex_init($0) }
     }
 
     /// Runs `body` with exclusive access to the value.
     @inline(__always)
     func locked<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        try buffer.withUnsafeMutablePointers { value, mutex in
-            spindle_mutex_lock(mutex)
-            defer { spindle_mutex_unlock(mutex) }
-            return try body(&value.pointee)
+        unsafe try buffer.withUnsafeMutablePointers { value, mutex in
+            unsafe spindle_mutex_lock(mutex)
+            defer { unsafe spindle_mutex_unlock(mutex) }
+            return unsafe try body(&value.pointee)
         }
     }
 }

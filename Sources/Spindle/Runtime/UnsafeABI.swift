@@ -22,19 +22,73 @@ enum TaskNode {
     /// Where the node is: the first stored property, just past the object header.
     @inline(__always)
     static func node(of object: AnyObject) -> UnsafeMutablePointer<spindle_task> {
-        _getUnsafePointerToStoredProperties(object).assumingMemoryBound(to: spindle_task.self)
+        unsafe _getUnsafePointerToStoredProperties(object).assumingMemoryBound(to: spindle_task.self)
     }
 
     /// The object header's size: the node's offset from the object's address.
-    static let headerSize = 2 * MemoryLayout<UnsafeRawPointer>.size
+    static let headerSize = unsafe 2 * MemoryLayout<UnsafeRawPointer>.size
 
     // safety: `task` must be the `engineTask` of a live instance of `T` (node(of:)'s
     // contract); the result is unretained, and the caller says what keeps it alive.
     /// The object whose node `task` is.
     @inline(__always)
     static func object<T: AnyObject>(of task: UnsafeMutablePointer<spindle_task>, as type: T.Type) -> Unmanaged<T> {
-        Unmanaged<T>.fromOpaque(UnsafeRawPointer(task) - headerSize)
+        unsafe Unmanaged<T>.fromOpaque(UnsafeRawPointer(task) - headerSize)
     }
+}
+
+/// A block laid out as `[spindle_task | P]`, from the engine's node cache: the node,
+/// whose `run` the engine calls exactly once, then `payload` just past it, aligned for
+/// `P`. With `TaskNode`, the one place that knows how a node and what it carries are
+/// laid out (`ClosureTask`, `JobTask`).
+@inline(__always)
+func makeTaskBlock<P>(_ payload: consuming P, run: spindle_task_fn) -> UnsafeMutablePointer<spindle_task> {
+    let raw = unsafe spindleMalloc(taskBlockSize(P.self))
+    // safety: `raw` is a fresh block large enough for the node and a `P` at its offset;
+    // both are initialised before the block is returned.
+    let task = unsafe raw.initializeMemory(
+        as: spindle_task.self, repeating: spindle_task(spindle_private: (nil, nil), run: run), count: 1)
+    unsafe (raw + taskPayloadOffset(P.self)).initializeMemory(as: P.self, repeating: payload, count: 1)
+    return unsafe task
+}
+
+/// Moves the payload out of a block made by ``makeTaskBlock(_:run:)`` with a `P`, and
+/// frees the block.
+@inline(__always)
+func takeTaskPayload<P>(_ task: UnsafeMutablePointer<spindle_task>, _: P.Type) -> P {
+    // safety: the block holds an initialised `P` at its offset (makeTaskBlock), and this is
+    // the node's one run: the engine calls `run` once, and nothing reads the block after.
+    let raw = UnsafeMutableRawPointer(task)
+    let payload = unsafe (raw + taskPayloadOffset(P.self)).assumingMemoryBound(to: P.self).move()
+    unsafe spindle_task_free(raw)
+    return payload
+}
+
+/// The size of a block `[spindle_task | P]`.
+func taskBlockSize<P>(_: P.Type) -> Int { taskPayloadOffset(P.self) + MemoryLayout<P>.size }
+
+/// Where a `P` starts after the node: the node's stride, rounded up to `P`'s alignment.
+/// A constant per `P`, folded by the optimiser.
+@inline(__always)
+func taskPayloadOffset<P>(_: P.Type) -> Int {
+    let align = MemoryLayout<P>.alignment
+    return (MemoryLayout<spindle_task>.stride + align - 1) / align * align
+}
+
+/// Memory for a task node, from the engine's node cache (`spindle_task_alloc`), trapping
+/// when it fails.
+///
+/// A node is allocated by the submitting thread and freed by the worker that runs it,
+/// the pattern malloc serves worst: the submitter's per-thread cache never gets a block
+/// back. The engine's cache returns each node to the heap of the thread that allocated
+/// it, in batches, so a steady stream of submissions costs no malloc at all. Every node
+/// type here fits the cached size (`TaskNodeCacheTests` checks it).
+@inline(__always)
+func spindleMalloc(_ byteCount: Int) -> UnsafeMutableRawPointer {
+    guard let p = unsafe spindle_task_alloc(byteCount) else {
+        fatalError("Spindle: out of memory allocating a task node (\(byteCount) bytes)")
+    }
+    return unsafe p
 }
 
 extension Unmanaged {
@@ -48,7 +102,7 @@ extension Unmanaged {
     /// the object in an escaping closure.
     @inline(__always)
     func withGuaranteedReference<Result>(_ body: (Instance) throws -> Result) rethrows -> Result {
-        try _withUnsafeGuaranteedRef(body)
+        unsafe try _withUnsafeGuaranteedRef(body)
     }
 }
 

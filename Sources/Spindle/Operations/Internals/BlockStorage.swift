@@ -29,7 +29,9 @@ extension Operation {
 
         /// The box whose address `moreBlocksWord` holds (non-zero).
         static func unmanaged(_ bits: UInt) -> Unmanaged<MoreBlocks> {
-            Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
+            // safety: a non-zero word holds a box retained by `moreBlocksBox` and released
+            // in deinit.
+            unsafe Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
         }
     }
 
@@ -40,19 +42,21 @@ extension Operation {
     /// The added blocks' box, if any.
     final var moreBlocks: MoreBlocks? {
         let bits = moreBlocksWord.load(ordering: .acquiring)
-        return bits == 0 ? nil : MoreBlocks.unmanaged(bits).takeUnretainedValue()
+        return unsafe bits == 0 ? nil : MoreBlocks.unmanaged(bits).takeUnretainedValue()
     }
 
     /// The added blocks' box, made (once, whoever wins the race) if there is none.
     final func moreBlocksBox() -> MoreBlocks {
         if let box = moreBlocks { return box }
-        let fresh = Unmanaged.passRetained(MoreBlocks())
-        let bits = UInt(bitPattern: fresh.toOpaque())
+        // safety: the word's reference if this thread wins the race; released at once if it
+        // loses.
+        let fresh = unsafe Unmanaged.passRetained(MoreBlocks())
+        let bits = unsafe UInt(bitPattern: fresh.toOpaque())
         // acq_rel: release publishes the new box; acquire, on failure, sees the winner's.
         let (won, current) = moreBlocksWord.compareExchange(
             expected: 0, desired: bits, ordering: .acquiringAndReleasing)
-        if won { return fresh.takeUnretainedValue() }
-        fresh.release()
-        return MoreBlocks.unmanaged(current).takeUnretainedValue()
+        if won { return unsafe fresh.takeUnretainedValue() }
+        unsafe fresh.release()
+        return unsafe MoreBlocks.unmanaged(current).takeUnretainedValue()
     }
 }

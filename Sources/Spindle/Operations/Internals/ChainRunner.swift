@@ -31,10 +31,10 @@ enum ChainRunner {
         // acq_rel: release orders the runner's accesses before whoever releases the
         // operation; acquire, when the drain came first, orders its unlinking (its
         // writes to the operation) before our release.
-        let before = op.withGuaranteedReference {
+        let before = unsafe op.withGuaranteedReference {
             $0.queueSync.runState.bitwiseOr(QueueSync.runnerDone, ordering: .acquiringAndReleasing).oldValue
         }
-        if before & QueueSync.listGone != 0 { op.release() }
+        if before & QueueSync.listGone != 0 { unsafe op.release() }
     }
 
     /// How many operations a chain runner runs from the continuation slot between
@@ -62,68 +62,68 @@ enum ChainRunner {
     /// (Promotion.swift, P5). Whichever runner claims an operation runs it (P4); one that
     /// finds it claimed does nothing with it.
     static func runChain(_ first: Unmanaged<Operation>, copyRank: UInt8? = nil) {
-        let ts = ThreadState.unmanagedCurrent
+        let ts = unsafe ThreadState.unmanagedCurrent
         // Saved and restored: a worker waiting inside an operation runs other tasks,
         // and so other chains, nested in this one.
-        let saved = ts.withGuaranteedReference { ts in
-            defer { ts.chainOpen = true; ts.chainBudget = chainLength }
-            return (ts.chainOpen, ts.chainBudget)
+        let saved = unsafe ts.withGuaranteedReference { ts in
+            defer { unsafe ts.chainOpen = true; unsafe ts.chainBudget = chainLength }
+            return unsafe (ts.chainOpen, ts.chainBudget)
         }
-        var op = first
+        var op = unsafe first
         var copy = copyRank
         while true {
-            let claim = op.withGuaranteedReference { $0.claimRun(copyRank: copy) }
+            let claim = unsafe op.withGuaranteedReference { $0.claimRun(copyRank: copy) }
             copy = nil
             if claim.won {
-                op.withGuaranteedReference { op in
-                    op.ownerQueue.unsafelyUnwrapped.withGuaranteedReference { $0.run(op) }
+                unsafe op.withGuaranteedReference { op in
+                    unsafe op.ownerQueue.unsafelyUnwrapped.withGuaranteedReference { $0.run(op) }
                     op.endRun()
                 }
-                runnerDone(op)
+                unsafe runnerDone(op)
             }
             // The original node's reference, which a move took (P5); ours to drop now.
-            if claim.releaseNodeReference { op.release() }
+            if claim.releaseNodeReference { unsafe op.release() }
             // Its completion block, when its finish left it here to start before the
             // operation in the slot (FinishProtocol.swift, F7): that operation goes to
             // the pool first, so that it may run beside the block — a completion block
             // may wait for the operation its finish started, and that operation for
             // anything.
-            if let completion = ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
-                defer { ts.chainCompletion = nil }
-                return ts.chainCompletion
+            if let completion = unsafe ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
+                defer { unsafe ts.chainCompletion = nil }
+                return unsafe ts.chainCompletion
             }) {
-                let next = ts.withGuaranteedReference { ts in
-                    defer { ts.chainNext = nil }
-                    return ts.chainNext
+                let next = unsafe ts.withGuaranteedReference { ts in
+                    defer { unsafe ts.chainNext = nil }
+                    return unsafe ts.chainNext
                 }
                 // The slot only takes operations for this worker's own pool.
-                if let next { submitToPool(next.takeUnretainedValue(), pool: spindle_current_pool()!) }
-                ThreadState.current.withRunningContext((nil, nil), completion)
+                if let next = unsafe next { unsafe submitToPool(next.takeUnretainedValue(), pool: spindle_current_pool()!) }
+                unsafe ThreadState.current.withRunningContext((nil, nil), completion)
             }
-            guard let next = ts.withGuaranteedReference({ ts -> Unmanaged<Operation>? in
-                defer { ts.chainNext = nil }
-                return ts.chainNext
+            guard let next = unsafe ts.withGuaranteedReference({ ts -> Unmanaged<Operation>? in
+                defer { unsafe ts.chainNext = nil }
+                return unsafe ts.chainNext
             }) else { break }
-            op = next
+            unsafe op = unsafe next
         }
-        ts.withGuaranteedReference { ts in
-            ts.chainOpen = saved.0
-            ts.chainBudget = saved.1
+        unsafe ts.withGuaranteedReference { ts in
+            unsafe ts.chainOpen = saved.0
+            unsafe ts.chainBudget = saved.1
         }
         // Taken by the start of the operation in the slot, which always follows; a
         // completion block must never be left behind.
-        submitCompletionOnNextStart(ts)
+        unsafe submitCompletionOnNextStart(ts)
     }
 
     /// Submits the completion block that a finish on this worker ordered after the
     /// operation in the continuation slot (FinishProtocol.swift, F7), if there is one:
     /// called as that operation starts, so that the two may run side by side.
     static func submitCompletionOnNextStart(_ ts: Unmanaged<ThreadState>) {
-        if let completion = ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
-            defer { ts.completionOnNextStart = nil }
-            return ts.completionOnNextStart
+        if let completion = unsafe ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
+            defer { unsafe ts.completionOnNextStart = nil }
+            return unsafe ts.completionOnNextStart
         }) {
-            submitCompletion(completion, on: spindle_current_pool()!)
+            unsafe submitCompletion(completion, on: spindle_current_pool()!)
         }
     }
 
@@ -134,15 +134,17 @@ enum ChainRunner {
         // The pool check first: it is a plain thread-local read, and it turns away the
         // thread adding operations (not a worker) before the pthread-key lookup of its
         // ThreadState, on every add.
-        guard spindle_current_pool() == pool else { return false }
-        return ThreadState.unmanagedCurrent.withGuaranteedReference { ts in
-            guard ts.finishing != nil, ts.chainNext == nil else { return false }
-            if ts.chainBudget == 0 {
+        guard unsafe spindle_current_pool() == pool else { return false }
+        return unsafe ThreadState.unmanagedCurrent.withGuaranteedReference { ts in
+            guard unsafe ts.finishing != nil, unsafe ts.chainNext == nil else { return false }
+            if unsafe ts.chainBudget == 0 {
                 if spindle_current_worker_has_waiting_work() { return false }
-                ts.chainBudget = chainLength
+                unsafe ts.chainBudget = chainLength
             }
-            ts.chainBudget -= 1
-            ts.chainNext = Unmanaged.passUnretained(op) // borrowed, as by a task
+            unsafe ts.chainBudget -= 1
+            // safety: borrowed, as a task borrows it: the queue list's reference keeps it
+            // until it runs.
+            unsafe ts.chainNext = unsafe Unmanaged.passUnretained(op) // borrowed, as by a task
             return true
         }
     }
@@ -152,20 +154,20 @@ enum ChainRunner {
     static func submit(_ op: Operation, pool: OpaquePointer, rank: UInt8) {
         op.markSubmitted(rank: rank)
         op.recheckFloorAfterMark(rank: rank)
-        if continueOnThisThread(op, pool: pool) { return }
-        submitToPool(op, pool: pool)
+        if unsafe continueOnThisThread(op, pool: pool) { return }
+        unsafe submitToPool(op, pool: pool)
     }
 
     /// Submits a started operation to `pool` as a task.
     static func submitToPool(_ op: Operation, pool: OpaquePointer) {
         // An operation starts once, so its node is submitted once.
-        let node = TaskNode.node(of: op)
-        node.pointee.run = { task, _ in
+        let node = unsafe TaskNode.node(of: op)
+        unsafe node.pointee.run = { task, _ in
             // A pool only cancels tasks when it is destroyed; the pools operations
             // run on live for the whole process, so every task runs.
-            ChainRunner.runChain(TaskNode.operation(of: task.unsafelyUnwrapped))
+            unsafe ChainRunner.runChain(TaskNode.operation(of: task.unsafelyUnwrapped))
         }
-        let rc = spindle_submit_task(pool, node)
+        let rc = unsafe spindle_submit_task(pool, node)
         // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool), so this
         // cannot fail short of a bug in the engine.
         precondition(rc == 0, "Spindle: a process-wide pool refused an operation (engine bug, rc \(rc))")
@@ -175,16 +177,18 @@ enum ChainRunner {
 extension OperationQueue {
     /// Runs one operation on the current thread, as the queue's runner.
     func run(_ op: Operation) {
-        let ts = ThreadState.unmanagedCurrent
-        let (savedQueue, savedOp) = ts.withGuaranteedReference { ts in
-            let saved = (ts.currentQueue, ts.currentOperation)
-            ts.currentQueue = Unmanaged.passUnretained(self)
-            ts.currentOperation = Unmanaged.passUnretained(op)
-            return saved
+        let ts = unsafe ThreadState.unmanagedCurrent
+        let (savedQueue, savedOp) = unsafe ts.withGuaranteedReference { ts in
+            let saved = unsafe (ts.currentQueue, ts.currentOperation)
+            // safety: unretained while `op` runs: the queue holds itself and the list holds
+            // `op` (LT3).
+            unsafe ts.currentQueue = unsafe Unmanaged.passUnretained(self)
+            unsafe ts.currentOperation = unsafe Unmanaged.passUnretained(op)
+            return unsafe saved
         }
         op.startedByQueue.store(true, ordering: .releasing)
-        if hasProgress.load(ordering: .relaxed) { op.queueSlot.reportsProgress = true }
-        ChainRunner.submitCompletionOnNextStart(ts)
+        if hasProgress.load(ordering: .relaxed) { unsafe op.queueSlot.reportsProgress = true }
+        unsafe ChainRunner.submitCompletionOnNextStart(ts)
         op.start()
         // A custom operation that became finished inside `start()` without announcing it
         // is noticed here, as Foundation's queue notices it.
@@ -192,16 +196,16 @@ extension OperationQueue {
         if !op.finishHandled.load(ordering: .acquiring) && !op.isPlainClass && op.isFinished {
             op.finishProtocol()
         }
-        ts.withGuaranteedReference { ts in
-            ts.currentQueue = savedQueue
-            ts.currentOperation = savedOp
+        unsafe ts.withGuaranteedReference { ts in
+            unsafe ts.currentQueue = unsafe savedQueue
+            unsafe ts.currentOperation = unsafe savedOp
         }
     }
 
     /// Runs `op`'s `main()` inside a progress of one unit, child of the queue's, when the
     /// queue's progress has a total (see ``progress``).
     func runReportingProgress(_ op: Operation) {
-        let parent = op is BarrierOperation ? nil : state.locked { $0.progress }
+        let parent = unsafe op is BarrierOperation ? nil : state.locked { unsafe $0.progress }
         guard let parent, parent.totalUnitCount > 0 else {
             op.main()
             return
@@ -223,10 +227,10 @@ extension ChainRunner {
     /// Submits a completion block to `pool` as a task of its own, run outside any
     /// queue (``OperationQueue/current`` is nil inside it).
     static func submitCompletion(_ completion: @escaping @Sendable () -> Void, on pool: OpaquePointer) {
-        let task = ClosureTask.make {
-            ThreadState.current.withRunningContext((nil, nil), completion)
+        let task = unsafe ClosureTask.make {
+            unsafe ThreadState.current.withRunningContext((nil, nil), completion)
         }
-        let rc = spindle_submit_task(pool, task)
+        let rc = unsafe spindle_submit_task(pool, task)
         // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool).
         precondition(rc == 0, "Spindle: a process-wide pool refused a completion block (engine bug, rc \(rc))")
     }
@@ -239,6 +243,6 @@ extension TaskNode {
     /// list's reference until `runnerDone` (see `Operation.queueSync.runState`).
     @inline(__always)
     static func operation(of task: UnsafeMutablePointer<spindle_task>) -> Unmanaged<Operation> {
-        object(of: task, as: Operation.self)
+        unsafe object(of: task, as: Operation.self)
     }
 }

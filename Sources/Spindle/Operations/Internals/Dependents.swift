@@ -13,52 +13,57 @@
 /// Rejected: weak references. Correct and simple, but each weakly referenced operation
 /// gets a side-table allocation, which would cost more than the rest of a dependency
 /// chain's step.
+@unsafe
 enum Dependents {
+    // safety: holds unretained operations; every reader keeps the referent alive by the
+    // dependency graph's references (FinishProtocol.swift).
     case none
     case one(Unmanaged<Operation>)
     /// Keyed by the object's address, which needs no reference (and no retain) to
     /// compute: a dependent may be in its deinit while we look.
     case many([UInt: Unmanaged<Operation>])
 
-    var isEmpty: Bool { if case .none = self { return true } else { return false } }
+    var isEmpty: Bool { if case .none = unsafe self { return true } else { return false } }
 
-    static func key(_ op: Operation) -> UInt { key(Unmanaged.passUnretained(op)) }
-    static func key(_ u: Unmanaged<Operation>) -> UInt { UInt(bitPattern: u.toOpaque()) }
+    // safety: keys are addresses, never dereferenced; the values are covered above.
+    static func key(_ op: Operation) -> UInt { unsafe key(Unmanaged.passUnretained(op)) }
+    static func key(_ u: Unmanaged<Operation>) -> UInt { unsafe UInt(bitPattern: u.toOpaque()) }
 
     mutating func insert(_ op: Operation) {
-        let u = Unmanaged.passUnretained(op)
-        switch self {
-        case .none: self = .one(u)
-        case .one(let first): self = .many([Dependents.key(first): first, Dependents.key(u): u])
+        // safety: unretained; this type's documentation says why that is sound.
+        let u = unsafe Unmanaged.passUnretained(op)
+        switch unsafe self {
+        case .none: unsafe self = unsafe .one(u)
+        case .one(let first): unsafe self = unsafe .many([Dependents.key(first): first, Dependents.key(u): u])
         case .many(var all):
-            self = .none
-            all[Dependents.key(u)] = u
-            self = .many(all)
+            unsafe self = unsafe .none
+            unsafe all[Dependents.key(u)] = unsafe u
+            unsafe self = unsafe .many(all)
         }
     }
 
     /// Removes the operation at `key` if present; returns whether it was.
     @discardableResult
     mutating func remove(key: UInt) -> Bool {
-        switch self {
+        switch unsafe self {
         case .none: return false
         case .one(let only):
-            guard Dependents.key(only) == key else { return false }
-            self = .none
+            guard unsafe Dependents.key(only) == key else { return false }
+            unsafe self = unsafe .none
             return true
         case .many(var all):
-            self = .none
-            let removed = all.removeValue(forKey: key) != nil
-            self = all.isEmpty ? .none : .many(all)
+            unsafe self = unsafe .none
+            let removed = unsafe all.removeValue(forKey: key) != nil
+            unsafe self = unsafe all.isEmpty ? .none : .many(all)
             return removed
         }
     }
 
     func forEach(_ body: (Unmanaged<Operation>) -> Void) {
-        switch self {
+        switch unsafe self {
         case .none: break
-        case .one(let only): body(only)
-        case .many(let all): all.values.forEach(body)
+        case .one(let only): unsafe body(only)
+        case .many(let all): unsafe all.values.forEach(body)
         }
     }
 }

@@ -33,8 +33,8 @@ extension OperationQueue {
         /// Borrowed: a copy of the whole state would retain and release every
         /// reference in it.
         init(_ s: borrowing State) {
-            underlying = s.underlyingQueue
-            qualityOfService = s.qualityOfService
+            underlying = unsafe s.underlyingQueue
+            qualityOfService = unsafe s.qualityOfService
         }
     }
 
@@ -47,27 +47,28 @@ extension OperationQueue {
             let run = UncheckedSendableBox((self, op))
             underlying.async {
                 run.value.0.run(run.value.1)
-                ChainRunner.runnerDone(Unmanaged.passUnretained(run.value.1))
+                // safety: the box holds the operation for as long as this closure runs.
+                unsafe ChainRunner.runnerDone(Unmanaged.passUnretained(run.value.1))
             }
         } else {
             let qos = op.effectiveQoS(queueDefault: config.qualityOfService)
-            ChainRunner.submit(op, pool: QoSPools.engine(for: qos), rank: ClassRank.of(qos))
+            unsafe ChainRunner.submit(op, pool: QoSPools.engine(for: qos), rank: ClassRank.of(qos))
         }
     }
 
     /// Takes what may start now and starts it (after a width or suspension change).
     func startWhatCan(_ change: (inout State) -> Void) {
-        let (start, config, unannounced) = state.locked { s -> (Startable, DispatchConfig, [Operation]?) in
-            change(&s)
-            s.refreshMode()
-            let unannounced = s.takeUnannounced(counts)
+        let (start, config, unannounced) = unsafe state.locked { s -> (Startable, DispatchConfig, [Operation]?) in
+            unsafe change(&s)
+            unsafe s.refreshMode()
+            let unannounced = unsafe s.takeUnannounced(counts)
             // An RMW, before takeStartable reads `counts`: see `scheduledBit`.
-            if s.isDirect {
+            if unsafe s.isDirect {
                 counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
             } else {
                 counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
             }
-            return (s.takeStartable(counts), DispatchConfig(s), unannounced)
+            return unsafe (s.takeStartable(counts), DispatchConfig(s), unannounced)
         }
         dispatch(start, config)
         if let unannounced { OperationQueue.askAgain(unannounced) }
@@ -78,10 +79,10 @@ extension OperationQueue.State {
     /// Direct mode: see the type's documentation.
     /// Read on every add; kept in `direct`, which `refreshMode()` recomputes wherever
     /// one of its inputs changes (all under the lock).
-    var isDirect: Bool { direct }
+    var isDirect: Bool { unsafe direct }
 
     mutating func refreshMode() {
-        direct = maxConcurrent < 0 && !suspended && batching == 0 && unannounced.isEmpty
+        unsafe direct = unsafe maxConcurrent < 0 && !suspended && batching == 0 && unannounced.isEmpty
     }
 
     /// Takes the operations to ask again (see `unannounced`), and returns the queue to
@@ -89,16 +90,16 @@ extension OperationQueue.State {
     /// change of mode (see `scheduledBit`).
     @inline(__always)
     mutating func takeUnannounced(_ counts: borrowing Atomic<UInt64>) -> [Operation]? {
-        if unannounced.isEmpty { return nil }
-        return takeUnannouncedSlow(counts)
+        if unsafe unannounced.isEmpty { return nil }
+        return unsafe takeUnannouncedSlow(counts)
     }
 
     @inline(never)
     mutating func takeUnannouncedSlow(_ counts: borrowing Atomic<UInt64>) -> [Operation] {
-        let all = unannounced
-        unannounced = []
-        refreshMode()
-        if isDirect { counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent) }
+        let all = unsafe unannounced
+        unsafe unannounced = []
+        unsafe refreshMode()
+        if unsafe isDirect { counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent) }
         return all
     }
 }

@@ -16,7 +16,10 @@ import Synchronization
 
 extension OperationQueue {
     func enqueue(_ op: Operation, isBarrier: Bool = false) {
-        let me = Unmanaged.passUnretained(self)
+        // safety: stored unretained in the operation's queue word; the queue holds itself
+        // from this
+        // add until the operation finishes (LT3).
+        let me = unsafe Unmanaged.passUnretained(self)
         // Claim the operation for this queue with one CAS, or trap on misuse, leaving it
         // untouched. (Finished or executing operations are refused before the claim.)
         let phase = op.phase.load(ordering: .acquiring)
@@ -25,7 +28,7 @@ extension OperationQueue {
             problem = "has already finished"
         } else if phase == Operation.Phase.executing.rawValue {
             problem = "is executing"
-        } else if !op.queueSync.word.compareExchange(
+        } else if unsafe !op.queueSync.word.compareExchange(
             // seq_cst: the add's side of the Dekker pair with a promotion's walk
             // (Promotion.swift, `promote`): claim, then (A5) read the floor.
             expected: 0, desired: UInt(bitPattern: me.toOpaque()), ordering: .sequentiallyConsistent).exchanged {
@@ -41,7 +44,9 @@ extension OperationQueue {
         // other classes may override `isReady`, so ask them.
         // (Cancellation makes the base `isReady` true; a custom condition still holds.)
         let readyNow = noDependencies && (op.isPlainClass || op.isReady)
-        register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
+        // safety: the queue list's one reference, released when the list unlinks it
+        // (QueueRegistry).
+        unsafe register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
         // A5. Its class reaches what it waits for (Promotion.swift, P3). Not a barrier's:
         // the queue's own, which no class waits on until an operation is added behind it.
         if (!isBarrier || op.promotedRank.load(ordering: .relaxed) != 0)
@@ -71,57 +76,62 @@ extension OperationQueue {
         // The count goes up under the lock, before the operation can start, so before
         // it can finish; a waiter (which checks the count under the lock) sees it.
         if !fresh {
-            op.queueReference = self
-            op.queueSlot.held = true
-            op.queueSlot.addedByCaller = true
+            unsafe op.queueReference = self
+            unsafe op.queueSlot.held = true
+            unsafe op.queueSlot.addedByCaller = true
         }
         // The locked section's results, returned rather than written to captured
         // variables (those would cost dynamic exclusivity checks on every add).
+        @unsafe
         struct Outcome {
+            // safety: carries an unretained operation out of the locked section; the caller
+            // releases it once.
             var barrier: Operation? = nil
             var start = Startable.none
             var config: DispatchConfig? = nil
             var direct = false
             var released: Unmanaged<Operation>? = nil
         }
-        let outcome = state.locked { s -> Outcome in
-            var out = Outcome()
-            s.link(u, op)
-            if !s.ownClassAdded && op.hasOwnPriority.load(ordering: .relaxed) { s.ownClassAdded = true }
+        let outcome = unsafe state.locked { s -> Outcome in
+            var out = unsafe Outcome()
+            unsafe s.link(u, op)
+            if unsafe !s.ownClassAdded && op.hasOwnPriority.load(ordering: .relaxed) { unsafe s.ownClassAdded = true }
             // Which way it goes: behind a pending barrier, not ready yet, straight to the
             // pool (direct mode, nothing ahead of it), or onto its ready list.
             var becomesReady = false
-            if !isBarrier, let b = s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) {
-                out.barrier = b
+            if !isBarrier, let b = unsafe s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) {
+                unsafe out.barrier = b
             } else {
-                if !isBarrier, s.lastBarrier != nil { s.lastBarrier = nil }
+                if !isBarrier, unsafe s.lastBarrier != nil { unsafe s.lastBarrier = nil }
                 becomesReady = readyNow && !op.queueSync.readySignalled.load(ordering: .relaxed)
             }
             if becomesReady {
                 op.queueSync.readySignalled.store(true, ordering: .relaxed)
-                out.direct = s.isDirect && s.readyIsEmpty
+                unsafe out.direct = unsafe s.isDirect && s.readyIsEmpty
             }
             // Counted in (and, when it starts directly, as running) before it can start.
-            s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
+            unsafe s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
             if isBarrier { pendingBarriers.add(1, ordering: .sequentiallyConsistent) }
-            if !s.selfRetained {
-                s.selfRetained = true
-                _ = Unmanaged.passUnretained(self).retain()
+            if unsafe !s.selfRetained {
+                unsafe s.selfRetained = true
+                // safety: the queue's reference to itself (LT1-LT3), dropped once, when it
+                // drains.
+                _ = unsafe Unmanaged.passUnretained(self).retain()
             }
             // Out of direct mode every finish takes the lock; holding the queue, it can
             // decrement before it does (see operationFinished). Nobody else can write
             // the field yet: `operations` needs our lock.
-            if fresh && !s.isDirect {
-                op.queueReference = self
-                op.queueSlot.held = true
+            if unsafe fresh && !s.isDirect {
+                unsafe op.queueReference = self
+                unsafe op.queueSlot.held = true
             }
-            if out.direct {
-                op.queueSlot.started = true
-                out.config = DispatchConfig(s)
+            if unsafe out.direct {
+                unsafe op.queueSlot.started = true
+                unsafe out.config = unsafe DispatchConfig(s)
             } else if becomesReady {
-                s.push(op, level: s.level(of: op))
-                out.start = s.takeStartable(counts)
-                out.config = out.start.isEmpty ? nil : DispatchConfig(s)
+                unsafe s.push(op, level: s.level(of: op))
+                unsafe out.start = unsafe s.takeStartable(counts)
+                unsafe out.config = unsafe out.start.isEmpty ? nil : DispatchConfig(s)
             }
             // Once the lock is released, only the caller's reference keeps `op` alive:
             // from then on other threads can start, finish and unlink it. A fresh
@@ -129,20 +139,20 @@ extension OperationQueue {
             // lock) for the steps below that use it after that may have happened
             // (behind a barrier, waiting for room, not ready) — not when it goes
             // straight to the pool, where submitting it is its last use here.
-            if fresh && !out.direct { _ = u.retain() }
-            return out
+            if unsafe fresh && !out.direct { _ = unsafe u.retain() }
+            return unsafe out
         }
-        let keep = fresh && !outcome.direct
-        OperationQueue.release(outcome.released)
+        let keep = unsafe fresh && !outcome.direct
+        unsafe OperationQueue.release(outcome.released)
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
-        if let barrier = outcome.barrier { op.addDependencyEdge(barrier) }
-        if let config = outcome.config {
-            if outcome.direct { dispatch(op, config) } else { dispatch(outcome.start, config) }
+        if let barrier = unsafe outcome.barrier { op.addDependencyEdge(barrier) }
+        if let config = unsafe outcome.config {
+            if unsafe outcome.direct { dispatch(op, config) } else { unsafe dispatch(outcome.start, config) }
         } else if !op.queueSync.readySignalled.load(ordering: .acquiring) {
             // Not found ready when registered (or behind a barrier): its readiness may
             // have changed before `queueSlot.linked` let its notification through.
             op.evaluateReadiness()
         }
-        if keep { u.release() }
+        if keep { unsafe u.release() }
     }
 }

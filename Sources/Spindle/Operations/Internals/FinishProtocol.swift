@@ -57,23 +57,23 @@ extension Operation {
         phase.store(Phase.finished.rawValue, ordering: .releasing)
         // F2, only when something was registered that it must hand on.
         let handOff = needsFinishLock.load(ordering: .sequentiallyConsistent) ? takeHandOff() : FinishHandOff()
-        let queue = ownerQueue
-        let ts = ThreadState.unmanagedCurrent
-        let chained = joinChain(ts)
+        let queue = unsafe ownerQueue
+        let ts = unsafe ThreadState.unmanagedCurrent
+        let chained = unsafe joinChain(ts)
         // F3.
         for d in handOff.ready { d.dependenciesSatisfied() }
         notify(.finished)
         // F7's place, before F4.
-        let completionLast = placeCompletion(handOff.completion, queue: queue, chained: chained, ts)
+        let completionLast = unsafe placeCompletion(handOff.completion, queue: queue, chained: chained, ts)
         // F4. The queue is alive: it has not counted this operation finished (and holds
         // itself until it has). `operationFinished` may free it.
-        queue?.withGuaranteedReference { $0.operationFinished(self) }
-        if chained { ts.withGuaranteedReference { $0.finishing = nil } }
+        unsafe queue?.withGuaranteedReference { $0.operationFinished(self) }
+        if chained { unsafe ts.withGuaranteedReference { unsafe $0.finishing = nil } }
         // F5. Written before the operation could start, never after.
-        if queue != nil && queueSlot.addedByCaller { dropQueue() }
+        if unsafe queue != nil && queueSlot.addedByCaller { dropQueue() }
         // F6.
         releaseWaiters()
-        if let (completion, pool) = completionLast { runCompletionBlock(completion, on: pool) }
+        if let (completion, pool) = unsafe completionLast { unsafe runCompletionBlock(completion, on: pool) }
     }
 
     /// F2, under the operation's lock: every dependent counted down, those that became
@@ -93,19 +93,19 @@ extension Operation {
             // only as a guaranteed reference and never captured by a closure (a
             // capture is a retain in unoptimised builds).
             var ready: [Operation] = []
-            let me = Dependents.key(self)
-            g.dependents.forEach { dependent in
+            let me = unsafe Dependents.key(self)
+            unsafe g.dependents.forEach { dependent in
                 // An operation that depends on itself (legal, if useless) is counted
                 // down here: its lock is the one we hold. It is finishing, so it
                 // needs no signal.
-                if Dependents.key(dependent) == me {
+                if unsafe Dependents.key(dependent) == me {
                     g.unfinished -= 1
                     return
                 }
-                let nowReady = dependent.withGuaranteedReference(Operation.countDownOneEdge)
-                if nowReady { ready.append(dependent.takeUnretainedValue()) }
+                let nowReady = unsafe dependent.withGuaranteedReference(Operation.countDownOneEdge)
+                if nowReady { unsafe ready.append(dependent.takeUnretainedValue()) }
             }
-            g.dependents = .none
+            unsafe g.dependents = unsafe .none
             let c = g.completionBlock
             g.completionBlock = nil
             return FinishHandOff(ready: ready, completion: c)
@@ -119,10 +119,11 @@ extension Operation {
     /// F4 is done.
     @inline(__always)
     private func joinChain(_ ts: Unmanaged<ThreadState>) -> Bool {
-        ts.withGuaranteedReference { ts -> Bool in
-            guard ts.chainOpen, ts.finishing == nil,
-                  ts.currentOperation?.toOpaque() == Unmanaged.passUnretained(self).toOpaque() else { return false }
-            ts.finishing = Unmanaged.passUnretained(self)
+        unsafe ts.withGuaranteedReference { ts -> Bool in
+            guard unsafe ts.chainOpen, unsafe ts.finishing == nil,
+                  unsafe ts.currentOperation?.isIdentical(to: self) == true else { return false }
+            // safety: unretained while this thread finishes `self`, which its runner holds.
+            unsafe ts.finishing = unsafe Unmanaged.passUnretained(self)
             return true
         }
     }
@@ -142,18 +143,18 @@ extension Operation {
         -> (@Sendable () -> Void, OpaquePointer)? {
         guard let completion else { return nil }
         // Where the completion block will run, read while the queue is certainly alive.
-        let pool = QoSPools.engine(
+        let pool = unsafe QoSPools.engine(
             for: effectiveQoS(queueDefault: queue?.withGuaranteedReference { $0.qualityOfService } ?? .default))
-        let onThisWorker = spindle_current_pool() == pool
+        let onThisWorker = unsafe spindle_current_pool() == pool
         if chained && onThisWorker {
             let holding = holdingSelf(completion)
-            ts.withGuaranteedReference { ts in
-                if ts.chainNext == nil { ts.chainCompletion = holding } else { ts.completionOnNextStart = holding }
+            unsafe ts.withGuaranteedReference { ts in
+                if unsafe ts.chainNext == nil { unsafe ts.chainCompletion = holding } else { unsafe ts.completionOnNextStart = holding }
             }
             return nil
         }
-        if onThisWorker { return (completion, pool) }
-        runCompletionBlock(completion, on: pool)
+        if onThisWorker { return unsafe (completion, pool) }
+        unsafe runCompletionBlock(completion, on: pool)
         return nil
     }
 
@@ -166,13 +167,13 @@ extension Operation {
     private func releaseWaiters() {
         finishCompleted.store(true, ordering: .sequentiallyConsistent)
         guard hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) else { return }
-        let waiters = guarded.locked { g -> [Waiter] in
-            let w = g.waiters
-            g.waiters = []
+        let waiters = unsafe guarded.locked { g -> [Waiter] in
+            let w = unsafe g.waiters
+            unsafe g.waiters = unsafe []
             g.extras?.observers = []
-            return w
+            return unsafe w
         }
-        for w in waiters { w.signal() }
+        for unsafe w in unsafe waiters { unsafe w.signal() }
     }
 
     /// Counts one finished dependency off `d`, under `d`'s lock; true when that was the
@@ -194,7 +195,7 @@ extension Operation {
     /// to, without deadlocking the finish it would otherwise be part of. The task holds
     /// the operation, so a block that captures it `unowned` finds it alive.
     func runCompletionBlock(_ completion: @escaping @Sendable () -> Void, on pool: OpaquePointer) {
-        ChainRunner.submitCompletion(holdingSelf(completion), on: pool)
+        unsafe ChainRunner.submitCompletion(holdingSelf(completion), on: pool)
     }
 
     /// `completion`, holding the operation until it has run.

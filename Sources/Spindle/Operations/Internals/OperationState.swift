@@ -23,16 +23,19 @@ extension Operation {
         var observers: [@Sendable (StateChange) -> Void] = []
     }
 
+    @safe
     struct Guarded {
+        // safety: the unretained dependents stay valid while listed: a dependent takes
+        // itself off this list, under this lock, in its deinit (Dependents.swift).
         var dependencies: [Operation] = []
         /// Dependencies that have not finished yet. Readiness is `== 0`.
         var unfinished = 0
         /// Operations that depend on this one, unretained (as Foundation keeps them): a
         /// dependent dropped by its owner is freed, and takes itself off this list in
         /// its deinit (see `Dependents` for why that is safe).
-        var dependents = Dependents.none
+        var dependents = unsafe Dependents.none
         var completionBlock: (@Sendable () -> Void)?
-        var waiters: [Waiter] = []
+        var waiters: [Waiter] = unsafe []
         var qualityOfService: QualityOfService = .default
         var qosExplicit = false
         var extras: Extras?

@@ -266,7 +266,7 @@ extension Operation {
     func endBoost() {
         // A promoter that set the bit holds the lock until its system call is done.
         guarded.locked { _ in }
-        if let own = spindle_current_pool() { _ = spindle_thread_adopt_pool_priority(0, own, nil) }
+        if let own = unsafe spindle_current_pool() { _ = unsafe spindle_thread_adopt_pool_priority(0, own, nil) }
     }
 
     @inline(never)
@@ -284,13 +284,15 @@ extension Operation {
             if state == ExecWord.submitted || state == ExecWord.moved {
                 guard ExecWord.rank(w) < rank else { return true }
                 let first = state == ExecWord.submitted
-                let me = Unmanaged.passUnretained(self)
+                // safety: the node's reference is taken below (P5) before any runner can
+                // see the move.
+                let me = unsafe Unmanaged.passUnretained(self)
                 // The original node's reference (P5), taken before the move is visible.
-                if first { _ = me.retain() }
+                if first { _ = unsafe me.retain() }
                 let desired = ExecWord.make(ExecWord.moved, submittedAt: ExecWord.submittedRank(w), at: rank)
                 let (done, seen) = execWord.compareExchange(expected: w, desired: desired, ordering: .sequentiallyConsistent)
                 guard done else {
-                    if first { me.release() }
+                    if first { unsafe me.release() }
                     w = seen
                     continue
                 }
@@ -342,13 +344,14 @@ extension Operation {
 
     /// P5: a task on `rank`'s pool that claims and runs this operation, holding it.
     func submitCopy(at rank: UInt8) {
-        let task = ClosureTask.make { [self] in
-            ChainRunner.runChain(Unmanaged.passUnretained(self), copyRank: rank)
+        let task = unsafe ClosureTask.make { [self] in
+            // safety: the closure holds `self` for as long as the chain runs.
+            unsafe ChainRunner.runChain(Unmanaged.passUnretained(self), copyRank: rank)
         }
         // Through the injector: the promoter is often a worker of that class about to
         // wait for this very operation, and its own deque would hold the copy until a
         // sibling steals it.
-        let rc = spindle_submit_task_shared(QoSPools.engine(for: ClassRank.qos(rank)), task)
+        let rc = unsafe spindle_submit_task_shared(QoSPools.engine(for: ClassRank.qos(rank)), task)
         // Process-wide pools refuse shutdown (ThreadPool.Error.processWidePool).
         precondition(rc == 0, "Spindle: a process-wide pool refused a promoted operation (engine bug, rc \(rc))")
     }
@@ -358,14 +361,14 @@ extension OperationQueue {
     /// The unfinished operations added before `op`, when the queue limits its width (P2):
     /// those are the ones `op` may wait behind.
     func unfinishedAhead(of op: Operation) -> [Operation] {
-        state.locked { s -> [Operation] in
-            guard s.maxConcurrent >= 0, op.queueSlot.linked else { return [] }
+        unsafe state.locked { s -> [Operation] in
+            guard unsafe s.maxConcurrent >= 0, unsafe op.queueSlot.linked else { return [] }
             var out: [Operation] = []
-            var cursor = op.queueSlot.prev
-            while let c = cursor {
-                let o = c.takeUnretainedValue()
+            var cursor = unsafe op.queueSlot.prev
+            while let c = unsafe cursor {
+                let o = unsafe c.takeUnretainedValue()
                 if !o.queueSync.done.load(ordering: .acquiring) { out.append(o) }
-                cursor = o.queueSlot.prev
+                unsafe cursor = unsafe o.queueSlot.prev
             }
             return out
         }
@@ -392,17 +395,17 @@ extension OperationQueue {
         guard rank > 0, unfinishedCount > 0 else { return }
         let raw = assignedQoS.load(ordering: .relaxed)
         let queueRank = ClassRank.of(raw == Int.min ? .default : QualityOfService(rawValue: raw) ?? .default)
-        let below = state.locked { s -> [Operation] in
-            guard queueRank < rank || s.ownClassAdded else { return [] }
+        let below = unsafe state.locked { s -> [Operation] in
+            guard unsafe queueRank < rank || s.ownClassAdded else { return [] }
             var out: [Operation] = []
-            var cursor = s.head
-            while let u = cursor {
-                let op = u.takeUnretainedValue()
+            var cursor = unsafe s.head
+            while let u = unsafe cursor {
+                let op = unsafe u.takeUnretainedValue()
                 if !op.queueSync.done.load(ordering: .acquiring) && op.promotedRank.load(ordering: .relaxed) < rank
                     && (queueRank < rank || op.hasOwnPriority.load(ordering: .relaxed)) {
                     out.append(op)
                 }
-                cursor = op.queueSlot.next
+                unsafe cursor = unsafe op.queueSlot.next
             }
             return out
         }
@@ -449,15 +452,15 @@ enum Promotion {
     /// thread through Foundation's `Thread.qualityOfService`; otherwise the class its
     /// policy and nice correspond to, around the process's nice as the pools place them.
     static func callingThreadRank() -> UInt8 {
-        if let op = ThreadState.current.currentOperation {
-            let w = op.withGuaranteedReference { $0.execWord.load(ordering: .acquiring) }
+        if let op = unsafe ThreadState.current.currentOperation {
+            let w = unsafe op.withGuaranteedReference { $0.execWord.load(ordering: .acquiring) }
             if w & ExecWord.stateMask == ExecWord.running, ExecWord.rank(w) > 0 { return ExecWord.rank(w) }
         }
-        if let raw = spindle_current_pool(), let rank = QoSPools.rank(ofEngine: raw) { return rank }
+        if let raw = unsafe spindle_current_pool(), let rank = unsafe QoSPools.rank(ofEngine: raw) { return rank }
         let set = Thread.current.qualityOfService
         if set != .default { return ClassRank.of(set) }
         var nice: Int32 = 0
-        let policy = spindle_thread_class_of_caller(&nice)
+        let policy = unsafe spindle_thread_class_of_caller(&nice)
         if policy == Int32(SPINDLE_POLICY_IDLE) { return 1 }
         if policy == Int32(SPINDLE_POLICY_BATCH) { return 2 }
         for rank: UInt8 in [5, 4, 3, 2] where nice <= QoSPools.nice(for: ClassRank.qos(rank)) { return rank }
@@ -466,14 +469,14 @@ enum Promotion {
 
     /// The calling task's class, for the async waits.
     static func callingTaskRank() -> UInt8 {
-        withUnsafeCurrentTask { $0 } == nil ? callingThreadRank() : ClassRank.of(Task.currentPriority)
+        unsafe withUnsafeCurrentTask { unsafe $0 } == nil ? callingThreadRank() : ClassRank.of(Task.currentPriority)
     }
 
     /// P6: thread `tid` to `rank`'s priority, counted and, when refused, said once.
     static func adopt(thread tid: Int32, rank: UInt8) {
         let qos = ClassRank.qos(rank)
         var got: Int32 = 0
-        let error = spindle_thread_adopt_pool_priority(tid, QoSPools.engine(for: qos), &got)
+        let error = unsafe spindle_thread_adopt_pool_priority(tid, QoSPools.engine(for: qos), &got)
         if error == 0 {
             PromotionCounters.raised.add(1, ordering: .relaxed)
             return

@@ -59,10 +59,10 @@ extension OperationQueue {
         // Before it is counted out: see `pendingBarriers`.
         if op is BarrierOperation { pendingBarriers.subtract(1, ordering: .sequentiallyConsistent) }
         // Written under the lock before the operation could start; we run after it did.
-        let started = op.queueSlot.started
+        let started = unsafe op.queueSlot.started
         op.queueSync.done.store(true, ordering: .releasing)
         let delta = OperationQueue.oneUnfinished | (started ? 1 : 0)
-        if op.queueSlot.held {
+        if unsafe op.queueSlot.held {
             // The operation holds the queue, which therefore outlives this call: one RMW
             // outside the lock (not lengthening the section the adding thread waits
             // on), then the lock only when there is something to do under it.
@@ -102,10 +102,13 @@ extension OperationQueue {
     func finishLocked(_ op: Operation, started: Bool, delta: UInt64?) {
         // The locked part's results, returned rather than written to captured variables
         // (those would cost dynamic exclusivity checks).
+        @unsafe
         struct Outcome {
+            // safety: carries an unretained operation out of the locked section; the caller
+            // releases it once.
             var start = Startable.none
             var config: DispatchConfig? = nil
-            var waiters: [Waiter] = []
+            var waiters: [Waiter] = unsafe []
             var observers: [@Sendable (Int) -> Void] = []
             /// Unfinished operations, then (with count observers) less pending barriers.
             var remaining = 0
@@ -113,71 +116,73 @@ extension OperationQueue {
             var dropSelf = false
             var unannounced: [Operation]? = nil
         }
-        let out = state.locked { s -> Outcome in
-            var out = Outcome()
+        let out = unsafe state.locked { s -> Outcome in
+            var out = unsafe Outcome()
             // Zero, read under the lock where operations are counted in, means drained
             // (LT2).
             if let delta {
-                out.remaining = Int(counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue >> 32)
+                unsafe out.remaining = Int(counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue >> 32)
             } else {
-                out.remaining = unfinishedCount
+                unsafe out.remaining = unfinishedCount
             }
             // Not started by the queue: it may sit in a ready list; skip it there.
-            if !started { op.queueSlot.retired = true }
-            if out.remaining == 0 {
-                out.waiters = s.waiters
-                s.waiters = []
-                s.unlinkAll(onto: &out.released)
-                if out.released != nil { s.releasing += 1 }
-                s.lastBarrier = nil
+            if !started { unsafe op.queueSlot.retired = true }
+            if unsafe out.remaining == 0 {
+                unsafe out.waiters = unsafe s.waiters
+                unsafe s.waiters = unsafe []
+                unsafe s.unlinkAll(onto: &out.released)
+                if unsafe out.released != nil { unsafe s.releasing += 1 }
+                unsafe s.lastBarrier = nil
                 // The queue's reference to itself is ours now (LT2): it
                 // keeps the queue alive until we drop it, last. An operation added
                 // meanwhile makes the queue take another.
-                out.dropSelf = s.selfRetained
-                s.selfRetained = false
+                unsafe out.dropSelf = unsafe s.selfRetained
+                unsafe s.selfRetained = false
             }
-            if !s.countObservers.isEmpty {
-                out.observers = s.countObservers.map(\.handler)
+            if unsafe !s.countObservers.isEmpty {
+                unsafe out.observers = unsafe s.countObservers.map(\.handler)
                 // What observers are told, read here: after we unlock, the queue may be
                 // freed (see below).
-                out.remaining = max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
+                unsafe out.remaining = unsafe max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
             }
-            out.unannounced = s.takeUnannounced(counts)
-            out.start = s.takeStartable(counts)
-            if !out.start.isEmpty { out.config = DispatchConfig(s) }
-            return out
+            unsafe out.unannounced = unsafe s.takeUnannounced(counts)
+            unsafe out.start = unsafe s.takeStartable(counts)
+            if unsafe !out.start.isEmpty { unsafe out.config = unsafe DispatchConfig(s) }
+            return unsafe out
         }
         // Release what the queue held before waking waiters: a returning wait then
         // implies the queue no longer keeps any finished operation alive. Waiters that
         // came while we released it (`releasing` kept them waiting) are ours too.
-        var waiters = out.waiters
-        if out.released != nil {
-            OperationQueue.release(out.released)
-            waiters += state.locked { s -> [Waiter] in
-                s.releasing -= 1
-                guard s.isDrained(unfinished: unfinishedCount) else { return [] }
-                defer { s.waiters = [] }
-                return s.waiters
+        var waiters = unsafe out.waiters
+        if unsafe out.released != nil {
+            unsafe OperationQueue.release(out.released)
+            unsafe waiters += state.locked { s -> [Waiter] in
+                unsafe s.releasing -= 1
+                guard unsafe s.isDrained(unfinished: unfinishedCount) else { return unsafe [] }
+                defer { unsafe s.waiters = unsafe [] }
+                return unsafe s.waiters
             }
         }
-        for o in out.observers { o(out.remaining) }
-        for w in waiters { w.signal() }
+        for o in unsafe out.observers { unsafe o(out.remaining) }
+        for unsafe w in unsafe waiters { unsafe w.signal() }
         // Nothing starts when it has drained. When nothing starts and it has not
         // drained, this finisher is done with the queue, which may have been freed
         // when we unlocked.
-        if let config = out.config { dispatch(out.start, config) }
+        if let config = unsafe out.config { unsafe dispatch(out.start, config) }
         // Unfinished, so the queue has not drained; each reaches it through its pin.
-        if let unannounced = out.unannounced { OperationQueue.askAgain(unannounced) }
+        if let unannounced = unsafe out.unannounced { OperationQueue.askAgain(unannounced) }
         // Last: this may free the queue.
-        if out.dropSelf { Unmanaged.passUnretained(self).release() }
+        // safety: the queue's reference to itself, taken once per busy period (LT2 decides
+        // it is dropped once).
+        if unsafe out.dropSelf { unsafe Unmanaged.passUnretained(self).release() }
     }
 
     /// Registers `waiter` to be signalled when the queue has drained (see `isDrained`);
     /// false, registering nothing, when it already has.
     func registerDrainWaiter(_ waiter: Waiter) -> Bool {
-        state.locked { s -> Bool in
-            if s.isDrained(unfinished: unfinishedCount) { return false }
-            s.waiters.append(waiter)
+        unsafe state.locked { s -> Bool in
+            if unsafe s.isDrained(unfinished: unfinishedCount) { return false }
+            unsafe s.waiters.append(waiter)
             return true
         }
     }
@@ -193,7 +198,7 @@ extension OperationQueue.State {
         // `scheduledBit`.
         precondition(now >> 32 < OperationQueue.runningMask,
                      "OperationQueue: more than 2^31 - 1 operations unfinished in one queue")
-        prune(unfinished: Int(now >> 32), onto: &released)
+        unsafe prune(unfinished: Int(now >> 32), onto: &released)
     }
 
     /// True when the queue has no operations left and has released those it held.
@@ -206,5 +211,5 @@ extension OperationQueue.State {
     ///
     /// Likewise, a finisher releasing what a drained queue held (outside the lock:
     /// deinits run user code) makes waiters wait until it has.
-    func isDrained(unfinished: Int) -> Bool { unfinished == 0 && linked == 0 && releasing == 0 }
+    func isDrained(unfinished: Int) -> Bool { unsafe unfinished == 0 && linked == 0 && releasing == 0 }
 }

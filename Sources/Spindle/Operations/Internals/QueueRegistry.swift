@@ -15,30 +15,32 @@ import Synchronization
 extension OperationQueue.State {
     /// Appends `op` to the list, which takes over the reference `u` holds.
     mutating func link(_ u: Unmanaged<Operation>, _ op: Operation) {
-        op.queueSlot.linked = true
-        op.queueSlot.prev = tail
-        op.queueSlot.next = nil
-        if let t = tail { t.withGuaranteedReference { $0.queueSlot.next = u } } else { head = u }
-        tail = u
-        linked += 1
+        unsafe op.queueSlot.linked = true
+        unsafe op.queueSlot.prev = unsafe tail
+        unsafe op.queueSlot.next = nil
+        if let t = unsafe tail { unsafe t.withGuaranteedReference { unsafe $0.queueSlot.next = unsafe u } } else { unsafe head = unsafe u }
+        unsafe tail = unsafe u
+        unsafe linked += 1
     }
 
     /// Takes `op` off the list and pushes it on `released`, a chain (through
     /// `queueSlot.next`) of references for the caller to release outside the lock.
     mutating func unlink(_ op: Operation, onto released: inout Unmanaged<Operation>?) {
-        detach(op)
-        op.queueSlot.next = released
-        released = Unmanaged.passUnretained(op)
+        unsafe detach(op)
+        unsafe op.queueSlot.next = unsafe released
+        // safety: the list's reference moves to `released`, which the caller releases
+        // outside the lock.
+        unsafe released = unsafe Unmanaged.passUnretained(op)
     }
 
     /// Takes `op` off the list, leaving the list's reference to it with the caller.
     mutating func detach(_ op: Operation) {
-        let prev = op.queueSlot.prev, next = op.queueSlot.next
-        if let prev { prev.withGuaranteedReference { $0.queueSlot.next = next } } else { head = next }
-        if let next { next.withGuaranteedReference { $0.queueSlot.prev = prev } } else { tail = prev }
-        op.queueSlot.prev = nil
-        op.queueSlot.next = nil
-        linked -= 1
+        let prev = unsafe op.queueSlot.prev, next = unsafe op.queueSlot.next
+        if let prev = unsafe prev { unsafe prev.withGuaranteedReference { unsafe $0.queueSlot.next = unsafe next } } else { unsafe head = unsafe next }
+        if let next = unsafe next { unsafe next.withGuaranteedReference { unsafe $0.queueSlot.prev = unsafe prev } } else { unsafe tail = unsafe prev }
+        unsafe op.queueSlot.prev = nil
+        unsafe op.queueSlot.next = nil
+        unsafe linked -= 1
     }
 
     /// Unlinks finished operations, amortised O(1) per operation added, keeping at
@@ -59,27 +61,27 @@ extension OperationQueue.State {
     /// (a thread cache that only allocates never gets memory back). The lag also keeps
     /// this thread from reading lines the workers still write.
     mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
-        if linked > unfinished + 64 {
-            var cursor = head, steps = 0, unlinked = 0
-            while let u = cursor, steps < 4, unlinked < 2 {
-                cursor = u.withGuaranteedReference { op in
-                    let next = op.queueSlot.next
+        if unsafe linked > unfinished + 64 {
+            var cursor = unsafe head, steps = 0, unlinked = 0
+            while let u = unsafe cursor, steps < 4, unlinked < 2 {
+                unsafe cursor = unsafe u.withGuaranteedReference { op in
+                    let next = unsafe op.queueSlot.next
                     if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone {
-                        unlink(op, onto: &released)
+                        unsafe unlink(op, onto: &released)
                         unlinked += 1
                     }
-                    return next
+                    return unsafe next
                 }
                 steps += 1
             }
         }
-        guard linked > 2 * unfinished + 256 else { return }
-        var cursor = head
-        while let u = cursor {
-            cursor = u.withGuaranteedReference { op in
-                let next = op.queueSlot.next
-                if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone { unlink(op, onto: &released) }
-                return next
+        guard unsafe linked > 2 * unfinished + 256 else { return }
+        var cursor = unsafe head
+        while let u = unsafe cursor {
+            unsafe cursor = unsafe u.withGuaranteedReference { op in
+                let next = unsafe op.queueSlot.next
+                if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone { unsafe unlink(op, onto: &released) }
+                return unsafe next
             }
         }
     }
@@ -88,17 +90,17 @@ extension OperationQueue.State {
     /// operation whose runner has not yet returned from it is left to that runner
     /// to release (`QueueSync.runState`).
     mutating func unlinkAll(onto released: inout Unmanaged<Operation>?) {
-        while let u = head {
-            u.withGuaranteedReference { op in
-                detach(op)
+        while let u = unsafe head {
+            unsafe u.withGuaranteedReference { op in
+                unsafe detach(op)
                 // The last access unless the reference is ours: once `listGone` is
                 // set, the runner may release the operation at any moment.
-                let ours = !op.queueSlot.started
+                let ours = unsafe !op.queueSlot.started
                     || op.queueSync.runState.bitwiseOr(QueueSync.listGone, ordering: .acquiringAndReleasing).oldValue
                         & QueueSync.runnerDone != 0
                 if ours {
-                    op.queueSlot.next = released
-                    released = u
+                    unsafe op.queueSlot.next = unsafe released
+                    unsafe released = unsafe u
                 }
             }
         }
@@ -107,11 +109,11 @@ extension OperationQueue.State {
     /// The unfinished operations, in the order they were added.
     var unfinished: [Operation] {
         var out: [Operation] = []
-        var cursor = head
-        while let u = cursor {
-            let op = u.takeUnretainedValue()
+        var cursor = unsafe head
+        while let u = unsafe cursor {
+            let op = unsafe u.takeUnretainedValue()
             if !op.queueSync.done.load(ordering: .acquiring) { out.append(op) }
-            cursor = op.queueSlot.next
+            unsafe cursor = unsafe op.queueSlot.next
         }
         return out
     }
@@ -120,14 +122,14 @@ extension OperationQueue.State {
 extension OperationQueue {
     /// Releases a chain of references built by `unlink`.
     static func release(_ chain: Unmanaged<Operation>?) {
-        var cursor = chain
-        while let u = cursor {
-            cursor = u.withGuaranteedReference { op in
-                let next = op.queueSlot.next
-                op.queueSlot.next = nil
-                return next
+        var cursor = unsafe chain
+        while let u = unsafe cursor {
+            unsafe cursor = unsafe u.withGuaranteedReference { op in
+                let next = unsafe op.queueSlot.next
+                unsafe op.queueSlot.next = nil
+                return unsafe next
             }
-            u.release()
+            unsafe u.release()
         }
     }
 
@@ -138,7 +140,7 @@ extension OperationQueue {
     func handOut(_ ops: [Operation]) -> [Operation] {
         // An operation that holds its queue already (`queueSlot.held`) is skipped without
         // reading the reference, which its finish may be dropping (`Operation.dropQueue`).
-        for op in ops where !op.queueSlot.held && op.queueReference == nil { op.queueReference = self }
+        for op in ops where unsafe !op.queueSlot.held && op.queueReference == nil { unsafe op.queueReference = self }
         return ops
     }
 }

@@ -56,7 +56,10 @@ struct QueueSync: ~Copyable {
 }
 
 /// The fields an operation's queue writes under its lock.
+@unsafe
 struct QueueSlot {
+    // safety: the list links are unretained; the queue's list holds the one retained
+    // reference to each operation it links (QueueRegistry.swift).
     /// Neighbours in the queue's list of operations (which holds the retained
     /// reference; finished ones stay until the list is pruned: QueueRegistry.swift).
     var prev: Unmanaged<Operation>?
@@ -91,7 +94,9 @@ extension Operation {
     /// itself), and after that as long as `queueReference` is set.
     var ownerQueue: Unmanaged<OperationQueue>? {
         let bits = queueSync.word.load(ordering: .acquiring)
-        return bits == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
+        // safety: a non-zero word is the queue, alive as this property's documentation
+        // says.
+        return unsafe bits == 0 ? nil : Unmanaged.fromOpaque(UnsafeRawPointer(bitPattern: bits)!)
     }
 
     /// Whether the operation was added to a queue and has not finished.
@@ -103,7 +108,7 @@ extension Operation {
     /// it, or its runner is done with it (acquiring: pairs with the runner's RMW, so
     /// its accesses happen before the release).
     var runnerIsDone: Bool {
-        !queueSlot.started || queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone != 0
+        unsafe !queueSlot.started || queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone != 0
     }
 
     /// Runs `body` on the operation's queue, if it still has one, for code that may run
@@ -113,7 +118,9 @@ extension Operation {
         queueSync.pins.wrappingAdd(1, ordering: .acquiringAndReleasing)
         let bits = queueSync.word.load(ordering: .acquiring)
         if bits != 0 {
-            Unmanaged<OperationQueue>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
+            // safety: the pin taken above keeps the queue from being freed until it is let
+            // go (LT3).
+            unsafe Unmanaged<OperationQueue>.fromOpaque(UnsafeRawPointer(bitPattern: bits).unsafelyUnwrapped)
                 .withGuaranteedReference(body)
         }
         if queueSync.pins.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue == QueueSync.pinsCleared {
@@ -131,7 +138,7 @@ extension Operation {
         // ours to drop. Otherwise flag the word cleared and let the last pin drop it.
         if queueSync.pins.compareExchange(expected: 0, desired: QueueSync.pinsCleared | QueueSync.pinsReleased,
                                      ordering: .acquiringAndReleasing).exchanged {
-            queueReference = nil
+            unsafe queueReference = nil
             return
         }
         queueSync.pins.bitwiseOr(QueueSync.pinsCleared, ordering: .acquiringAndReleasing)
@@ -144,6 +151,6 @@ extension Operation {
         guard queueSync.pins.compareExchange(expected: QueueSync.pinsCleared,
                                         desired: QueueSync.pinsCleared | QueueSync.pinsReleased,
                                         ordering: .acquiringAndReleasing).exchanged else { return }
-        queueReference = nil
+        unsafe queueReference = nil
     }
 }

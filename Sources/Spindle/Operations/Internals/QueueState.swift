@@ -8,7 +8,10 @@ import Synchronization
 // word (QueueLifetime.swift), so that the common add and finish need no second RMW.
 
 extension OperationQueue {
+    @unsafe
     struct State {
+        // safety: head and tail are the queue list's retained references, released only
+        // when unlinked (QueueRegistry.swift).
         let ready = ReadyRings()
         /// The operations added, in order: an intrusive doubly linked list through
         /// `Operation.queueSlot.prev/queueSlot.next`, holding one retained reference to each.
@@ -44,7 +47,7 @@ extension OperationQueue {
         var ownClassAdded = false
         var underlyingQueue: DispatchQueue?
         var lastBarrier: Operation?
-        var waiters: [Waiter] = []
+        var waiters: [Waiter] = unsafe []
         var countObservers: [(id: Int, handler: @Sendable (Int) -> Void)] = []
         var nextObserverID = 0
         var progress: Progress?
@@ -55,9 +58,9 @@ extension OperationQueue {
 }
 
 extension OperationQueue.State {
-    var readyIsEmpty: Bool { ready.isEmpty }
+    var readyIsEmpty: Bool { unsafe ready.isEmpty }
 
-    func push(_ op: Operation, level: Int) { ready.push(op, level: level) }
+    func push(_ op: Operation, level: Int) { unsafe ready.push(op, level: level) }
 
     /// The highest-priority ready operation, skipping retired ones, and handing back a
     /// plain one that has been given an unfinished dependency since it was found ready:
@@ -66,9 +69,9 @@ extension OperationQueue.State {
     /// (R7); the `evaluateReadiness` that follows a new dependency takes it back if
     /// that says so.
     func popReady() -> Operation? {
-        while let op = ready.pop() {
-            if op.queueSlot.retired { continue }
-            if op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op) { continue }
+        while let op = unsafe ready.pop() {
+            if unsafe op.queueSlot.retired { continue }
+            if unsafe op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op) { continue }
             return op
         }
         return nil
@@ -92,19 +95,19 @@ extension OperationQueue.State {
     /// the queue is not serial, its quality of service's (Foundation's rule:
     /// userInteractive as veryHigh, userInitiated high, utility low, background
     /// veryLow).
-    func level(of op: Operation) -> Int { op.queueLevel(serial: maxConcurrent == 1) }
+    func level(of op: Operation) -> Int { unsafe op.queueLevel(serial: maxConcurrent == 1) }
 
     /// Takes the operations that may start now and counts them as running in
     /// `counts` (see ``OperationQueue/counts``).
     mutating func takeStartable(_ counts: borrowing Atomic<UInt64>) -> Startable {
-        guard !suspended && batching == 0 else { return .none }
+        guard unsafe !suspended && batching == 0 else { return .none }
         var out = Startable.none
         // seq_cst load: after the RMW that set `scheduledBit` (see there).
-        while maxConcurrent < 0
+        while unsafe maxConcurrent < 0
                 || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent,
-              let op = popReady() {
+              let op = unsafe popReady() {
             counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
-            op.queueSlot.started = true
+            unsafe op.queueSlot.started = true
             out.append(op)
         }
         return out

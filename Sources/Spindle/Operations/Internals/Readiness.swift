@@ -80,14 +80,14 @@ extension Operation {
 
 extension OperationQueue {
     func operationBecameReady(_ op: Operation) {
-        let (start, config) = state.locked { s -> (Startable, DispatchConfig?) in
+        let (start, config) = unsafe state.locked { s -> (Startable, DispatchConfig?) in
             // Exactly once, and never before `enqueue` has counted the operation (it
             // re-evaluates readiness itself after registering it). Both checks are
             // under our lock, which is where every write of these fields happens.
-            guard op.queueSlot.linked, !op.queueSync.readySignalled.load(ordering: .relaxed) else { return (.none, nil) }
+            guard unsafe op.queueSlot.linked, !op.queueSync.readySignalled.load(ordering: .relaxed) else { return (.none, nil) }
             op.queueSync.readySignalled.store(true, ordering: .relaxed)
-            s.push(op, level: s.level(of: op))
-            return (s.takeStartable(counts), DispatchConfig(s))
+            unsafe s.push(op, level: s.level(of: op))
+            return unsafe (s.takeStartable(counts), DispatchConfig(s))
         }
         if let config { dispatch(start, config) }
     }
@@ -95,9 +95,9 @@ extension OperationQueue {
     /// Takes back an operation found ready that has not started, whose readiness turned
     /// false; true when it did (it is then signalled again when it turns ready).
     func operationBecameUnready(_ op: Operation) -> Bool {
-        state.locked { s -> Bool in
-            guard op.queueSlot.linked, op.queueSync.readySignalled.load(ordering: .relaxed), !op.queueSlot.started,
-                  !op.queueSlot.retired, s.ready.remove(op) else { return false }
+        unsafe state.locked { s -> Bool in
+            guard unsafe op.queueSlot.linked, op.queueSync.readySignalled.load(ordering: .relaxed), unsafe !op.queueSlot.started,
+                  unsafe !op.queueSlot.retired, unsafe s.ready.remove(op) else { return false }
             op.queueSync.readySignalled.store(false, ordering: .relaxed)
             return true
         }
@@ -106,11 +106,11 @@ extension OperationQueue {
     /// Moves a ready, unstarted operation to the list of its new priority (at its end,
     /// as Foundation does), so that the queue starts it in that order.
     func operationPriorityChanged(_ op: Operation) {
-        let (start, config) = state.locked { s -> (Startable, DispatchConfig?) in
-            guard op.queueSlot.linked, op.queueSync.readySignalled.load(ordering: .relaxed), !op.queueSlot.started,
-                  !op.queueSlot.retired, s.ready.remove(op) else { return (.none, nil) }
-            s.push(op, level: s.level(of: op))
-            return (s.takeStartable(counts), DispatchConfig(s))
+        let (start, config) = unsafe state.locked { s -> (Startable, DispatchConfig?) in
+            guard unsafe op.queueSlot.linked, op.queueSync.readySignalled.load(ordering: .relaxed), unsafe !op.queueSlot.started,
+                  unsafe !op.queueSlot.retired, unsafe s.ready.remove(op) else { return (.none, nil) }
+            unsafe s.push(op, level: s.level(of: op))
+            return unsafe (s.takeStartable(counts), DispatchConfig(s))
         }
         if let config { dispatch(start, config) }
     }
@@ -118,11 +118,11 @@ extension OperationQueue {
     /// Lists `op`, a custom operation held only by its own `isReady`, to be asked again
     /// at the next scheduling pass (see `State.unannounced`).
     func watchReadiness(_ op: Operation) {
-        state.locked { s in
-            guard op.queueSlot.linked, !op.queueSync.readySignalled.load(ordering: .relaxed),
-                  !s.unannounced.contains(where: { $0 === op }) else { return }
-            s.unannounced.append(op)
-            s.refreshMode()
+        unsafe state.locked { s in
+            guard unsafe op.queueSlot.linked, !op.queueSync.readySignalled.load(ordering: .relaxed),
+                  unsafe !s.unannounced.contains(where: { $0 === op }) else { return }
+            unsafe s.unannounced.append(op)
+            unsafe s.refreshMode()
             // Out of direct mode: every finish now takes the lock (see `scheduledBit`).
             counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
         }

@@ -9,7 +9,10 @@ import Glibc
 /// Stored behind a pthread key whose destructor frees it when the thread exits. Only its
 /// own thread touches it, so the per-operation fields skip Swift's dynamic exclusivity
 /// checks (`@exclusivity(unchecked)`).
+@safe
 final class ThreadState {
+    // safety: one per thread, touched only by its own thread; the unretained fields are
+    // kept alive by the runner that set them for as long as they are set.
     /// The operation whose `start()` this thread is inside (unretained: the runner
     /// holds a strong reference for the duration).
     @exclusivity(unchecked) var currentOperation: Unmanaged<Operation>?
@@ -36,7 +39,7 @@ final class ThreadState {
     @exclusivity(unchecked) var completionOnNextStart: (@Sendable () -> Void)?
     /// The queue and operation this thread is running, as one value.
     var runningContext: (queue: Unmanaged<OperationQueue>?, operation: Unmanaged<Operation>?) {
-        (currentQueue, currentOperation)
+        unsafe (currentQueue, currentOperation)
     }
 
     /// Runs `body` with `context` as the running queue and operation, then restores
@@ -46,10 +49,10 @@ final class ThreadState {
     /// unfinished operation keeps its queue alive (`OperationQueue.counts`).
     func withRunningContext(_ context: (queue: Unmanaged<OperationQueue>?, operation: Unmanaged<Operation>?),
                             _ body: () -> Void) {
-        let saved = runningContext
-        (currentQueue, currentOperation) = context
+        let saved = unsafe runningContext
+        unsafe (currentQueue, currentOperation) = unsafe context
         body()
-        (currentQueue, currentOperation) = saved
+        unsafe (currentQueue, currentOperation) = unsafe saved
     }
 
     /// True while this thread is inside `releaseIteratively`.
@@ -59,27 +62,30 @@ final class ThreadState {
 
     private static let key: pthread_key_t = {
         var k = pthread_key_t()
-        let rc = pthread_key_create(&k) { p in
-            if let p { Unmanaged<ThreadState>.fromOpaque(p).release() }
+        let rc = unsafe pthread_key_create(&k) { p in
+            // safety: the thread's one reference, taken in `unmanagedCurrent`; the
+            // destructor runs once.
+            if let p = unsafe p { unsafe Unmanaged<ThreadState>.fromOpaque(p).release() }
         }
         precondition(rc == 0, "Spindle: pthread_key_create failed (\(rc))")
         return k
     }()
 
     static var current: ThreadState {
-        unmanagedCurrent.takeUnretainedValue()
+        unsafe unmanagedCurrent.takeUnretainedValue()
     }
 
     /// The calling thread's state, unretained: the thread's key holds it until the
     /// thread exits, so code on this thread can use it without a retain/release pair
     /// (`_withUnsafeGuaranteedRef`) — one less per operation run.
     static var unmanagedCurrent: Unmanaged<ThreadState> {
-        if let p = pthread_getspecific(key) {
-            return Unmanaged<ThreadState>.fromOpaque(p)
+        // safety: the key holds this thread's retained state until the thread exits.
+        if let p = unsafe pthread_getspecific(key) {
+            return unsafe Unmanaged<ThreadState>.fromOpaque(p)
         }
-        let s = Unmanaged.passRetained(ThreadState())
-        pthread_setspecific(key, s.toOpaque())
-        return s
+        let s = unsafe Unmanaged.passRetained(ThreadState())
+        unsafe pthread_setspecific(key, s.toOpaque())
+        return unsafe s
     }
 
     /// Releases `deps` without recursing through chains of dependencies.
