@@ -19,6 +19,12 @@
 3. The façade's layers look only down: Sources/Spindle/Runtime (locks, the FIFO, the
    line of waiting tasks, the layout-dependent techniques) names nothing of the layers
    built on it — no Operation, OperationQueue or ThreadPool.
+
+4. Every site that makes or reads a reference or a pointer by hand in Sources/Spindle
+   (`Unmanaged.passRetained`/`passUnretained`, `fromOpaque`, a pointer from or to a bit
+   pattern) has a `safety:` comment, in the 10 lines above it, naming what keeps it
+   sound. The compiler's strict memory safety checking (Package.swift) asks for `unsafe`
+   at each of them; this asks for the reason.
 """
 import pathlib
 import re
@@ -50,6 +56,16 @@ for path in sorted((root / "Sources/Spindle/Runtime").glob("*.swift")):
         if upper.search(line):
             failures.append(f"{path.relative_to(root)}:{number}: Runtime/ names `{upper.search(line).group(1)}`, "
                             "a layer above it (scripts/check-swift.py, 3)")
+by_hand = re.compile(r"Unmanaged(?:<\w+>)?\.(?:passRetained|passUnretained|fromOpaque)|fromOpaque\("
+                     r"|(?:UnsafeRawPointer|UnsafeMutableRawPointer|OpaquePointer)\(bitPattern:"
+                     r"|UInt\(bitPattern:\s*(?:UnsafeRawPointer|\w+\.toOpaque|Unmanaged)")
+for path in sorted((root / "Sources/Spindle").rglob("*.swift")):
+    lines = path.read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        code = line.split("//", 1)[0]
+        if by_hand.search(code) and not any("safety:" in l for l in lines[max(0, number - 11):number]):
+            failures.append(f"{path.relative_to(root)}:{number}: a reference or pointer made by hand with no "
+                            "`safety:` comment in the 10 lines above it (scripts/check-swift.py, 4)")
 if failures:
     print("\n".join(failures))
     sys.exit(1)

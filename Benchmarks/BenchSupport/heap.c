@@ -14,3 +14,7 @@ void bench_consolidate_heap(void) {
      * a parameter while doing it). */
     (void)malloc_trim(0);
 }
+
+size_t bench_allocation_size(const void *block) {
+    return malloc_usable_size((void *)block);
+}

@@ -1,3 +1,4 @@
+import BenchSupport
 import Dispatch
 import Foundation
 import Spindle
@@ -36,11 +37,14 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
     var alsoVs = [("spindle", "foundation"), ("spindle-metrics", "spindle")]
     if width == nil {
         systems.append(SystemRun(name: "pool-submit") { try poolSubmitRun(tasks, name: name) })
-        alsoVs += [("spindle", "pool-submit"), ("pool-submit", "foundation")]
+        systems.append(SystemRun(name: "pool-submit-object") { try poolSubmitRun(tasks, name: name, withObject: true) })
+        alsoVs += [("spindle", "pool-submit"), ("spindle", "pool-submit-object"), ("pool-submit", "foundation")]
     }
     var r = try measure(name, tasks: tasks, reps: reps, reference: dispatchName, alsoVs: alsoVs, systems)
     if width == nil {
-        r.note = "pool-submit: each block handed to Spindle's pool with ThreadPool.submit, plus the one shared count a queue keeps; no operation semantics"
+        r.note = "pool-submit: each block handed to Spindle's pool with ThreadPool.submit, plus the one shared count a queue keeps; no operation semantics; "
+            + "pool-submit-object: the same, and each block holds an object of a BlockOperation's allocation size (\(OperationSized.bytes) bytes), "
+            + "which the adding thread makes and the worker frees: what an object per operation costs, with no operation semantics"
     }
     return r
 }
@@ -49,6 +53,30 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
 private let poolSubmitUnfinished = Atomic<Int>(0)
 private let poolSubmitRemaining = Atomic<Int>(0)
 private let poolSubmitDone = DispatchSemaphore(value: 0)
+
+/// `pool-submit-object`'s object: one allocation of the size the runtime allocates for
+/// a `BlockOperation` (its malloc size class), so that the system pays an operation's
+/// allocation and free and nothing else of it.
+private final class OperationSized: ManagedBuffer<Int, UInt8> {
+    /// The bytes malloc gives a BlockOperation here, read from a live one.
+    static let bytes: Int = {
+        let probe = Spindle.BlockOperation {}
+        return bench_allocation_size(Unmanaged.passUnretained(probe).toOpaque())
+    }()
+    /// The elements that make this class's allocation that size (its own header and
+    /// the `Int` one come first).
+    static let capacity = max(1, bytes - 2 * MemoryLayout<Int>.size - MemoryLayout<Int>.size)
+
+    static func make(_ index: Int) -> OperationSized {
+        // The cast cannot fail: `create` on a subclass makes an instance of it.
+        unsafeDowncast(OperationSized.create(minimumCapacity: capacity) { _ in index }, to: OperationSized.self)
+    }
+}
+
+@inline(never)
+private func poolSubmitObjectBlock(_ object: OperationSized) {
+    poolSubmitBlock(object.header)
+}
 
 @inline(never)
 private func poolSubmitBlock(_ index: Int) {
@@ -75,14 +103,29 @@ private func poolSubmitBlock(_ index: Int) {
 /// with an `Int`). The queue releases its operations, and their blocks, on the adding
 /// thread instead (`OperationQueue.State.prune`), so a capturing block would measure
 /// that difference rather than the hand-off.
-private func poolSubmitRun(_ tasks: Int, name: String) throws -> Double {
+///
+/// `withObject`: each block also holds an `OperationSized` made by the adding thread.
+/// A closure that captures one object and nothing else uses it as its context, so this
+/// adds the object's allocation and nothing more; the worker frees it with the block.
+private func poolSubmitRun(_ tasks: Int, name: String, withObject: Bool = false) throws -> Double {
     let pool = ThreadPool.shared
     poolSubmitUnfinished.store(0, ordering: .relaxed)
     poolSubmitRemaining.store(tasks, ordering: .relaxed)
+    _ = OperationSized.capacity
     let t = try timed {
-        for i in 0..<tasks {
-            poolSubmitUnfinished.add(1, ordering: .sequentiallyConsistent)
-            try pool.submit { poolSubmitBlock(i) }
+        if withObject {
+            for i in 0..<tasks {
+                poolSubmitUnfinished.add(1, ordering: .sequentiallyConsistent)
+                // Not Sendable (ManagedBuffer never is); its header is written once, at
+                // creation, and only read by the block.
+                nonisolated(unsafe) let object = OperationSized.make(i)
+                try pool.submit { poolSubmitObjectBlock(object) }
+            }
+        } else {
+            for i in 0..<tasks {
+                poolSubmitUnfinished.add(1, ordering: .sequentiallyConsistent)
+                try pool.submit { poolSubmitBlock(i) }
+            }
         }
         poolSubmitDone.wait()
     }.ns

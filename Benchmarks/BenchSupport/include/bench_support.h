@@ -4,6 +4,7 @@
 #ifndef BENCH_SUPPORT_H
 #define BENCH_SUPPORT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* The bare wake-up hand-off that `qos-under-load` reports beside Spindle and Dispatch
@@ -32,6 +33,10 @@ void bench_handoff_destroy(bench_handoff *h);
  * the next system that happens to allocate a large block. The harness calls this in
  * its pause between systems (Harness.swift, settle). */
 void bench_consolidate_heap(void);
+
+/* The bytes malloc set aside for `block` (its size class): malloc_usable_size, which the
+ * Swift side cannot reach through Glibc's module. */
+size_t bench_allocation_size(const void *block);
 
 /* Around a timed region, under callgrind (scripts/instructions.sh): counts it alone and
  * dumps its count labelled `label`. No-ops elsewhere (instructions.c). */

@@ -267,10 +267,9 @@ enum QoSPools {
         // The default class's pool is `ThreadPool.shared`: cached, as it is asked for
         // often (by code that submits to it directly).
         let isDefault = offset(for: qos) == 0
+        // safety: a non-zero word is the default class's ThreadPool, stored below and kept
+        // alive by `pools`, which never lets go of a process-wide pool.
         if isDefault, let object = unsafe UnsafeRawPointer(bitPattern: sharedObject.load(ordering: .acquiring)) {
-            // Kept alive by `pools`, which never lets go of a process-wide pool.
-            // safety: `object` is the default class's ThreadPool, stored below and kept by
-            // `pools`.
             return unsafe Unmanaged<ThreadPool>.fromOpaque(object).takeUnretainedValue()
         }
         _ = forkHandler

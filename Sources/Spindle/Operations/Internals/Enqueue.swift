@@ -31,6 +31,7 @@ extension OperationQueue {
         } else if unsafe !op.queueSync.word.compareExchange(
             // seq_cst: the add's side of the Dekker pair with a promotion's walk
             // (Promotion.swift, `promote`): claim, then (A5) read the floor.
+            // safety: the word names the queue unretained, as `me` above says.
             expected: 0, desired: UInt(bitPattern: me.toOpaque()), ordering: .sequentiallyConsistent).exchanged {
             problem = "is already in an operation queue"
         }
