@@ -51,7 +51,7 @@ extension OperationQueue {
         var countObservers: [(id: Int, handler: @Sendable (Int) -> Void)] = []
         var nextObserverID = 0
         var progress: Progress?
-        /// Whether the queue is in direct mode (DirectMode.swift): read on every add,
+        /// Whether the queue is in direct mode (QueueDispatch.swift, D1-D3): read on every add,
         /// recomputed by `refreshMode()` wherever one of its inputs changes.
         var direct = true
     }

@@ -1,7 +1,8 @@
 import Dispatch
 import Synchronization
 
-// Direct mode, and where started operations go.
+// How a queue starts its operations: which may start (`startWhatCan`), where they go
+// (`dispatch`), and direct mode, the way of a queue at the default width.
 //
 // A queue at the default width, not suspended, with no `addOperations` batch open and
 // no operation whose custom readiness must be asked again, is in direct mode:
