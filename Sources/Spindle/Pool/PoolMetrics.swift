@@ -41,6 +41,8 @@ import Synchronization
 /// `submit` in 256 on each thread, so that the engine's cheapest path stays as cheap.
 public final class PoolMetrics: Sendable {
     private let stopped = DispatchSemaphore(value: 0)
+    /// Signalled by the publishing thread after its last round.
+    private let lastRound = DispatchSemaphore(value: 0)
     private let done = Atomic<Bool>(false)
     private let pools: [(pool: ThreadPool, set: MetricSet)]
     private let process: ProcessMetrics?
@@ -76,14 +78,18 @@ public final class PoolMetrics: Sendable {
                 _ = stopped.wait(timeout: .now() + .nanoseconds(Int(nanos)))
             }
             publish()
+            lastRound.signal()
         }
     }
 
-    /// Publishes once more and stops.
+    /// Publishes once more and stops: when it returns, the metrics backend has every
+    /// count up to the call, and nothing more is published. Calling it again does
+    /// nothing.
     public func stop() {
         guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return }
         for (pool, _) in pools { pool.timerSlot.publish(nil) }
         stopped.signal()
+        lastRound.wait()
     }
 
     deinit { stop() }

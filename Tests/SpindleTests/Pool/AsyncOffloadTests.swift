@@ -197,7 +197,7 @@ final class AsyncOffloadTests: XCTestCase {
         queue.isSuspended = true
         let ran = Atomic<Bool>(false)
         let task = Task { try await queue.run { ran.store(true, ordering: .relaxed) } }
-        try await Task.sleep(for: .milliseconds(20))
+        while queue.operationCount == 0 { try await Task.sleep(for: .milliseconds(1)) } // it is queued
         task.cancel()
         // A cancelled operation still leaves its queue the way Foundation's do: once
         // the queue retires it (here, when it resumes), without running its block.

@@ -235,11 +235,13 @@ final class BlockingTests: XCTestCase {
         defer { try? pool.shutdown() }
         let sem = DispatchSemaphore(value: 0)
         let done = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
         try pool.submit {
+            entered.signal()
             sem.wait() // blocks the pool's only worker; Spindle is not told
             done.signal()
         }
-        usleep(20_000)
+        entered.wait() // the only worker is inside the task: the next one needs a spare
         try pool.submit { sem.signal() }
         XCTAssertEqual(done.wait(timeout: .now() + 60), .success, "the blocked worker was not compensated")
     }

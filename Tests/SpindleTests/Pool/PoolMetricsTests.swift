@@ -17,14 +17,15 @@ final class PoolMetricsTests: XCTestCase {
     func testAPoolsCountersGaugesAndTimersArePublished() async throws {
         let metrics = testMetrics
         let pool = try ThreadPool(workers: 2)
-        let publisher = PoolMetrics(pools: ["resize": pool], every: .milliseconds(10))
+        // An hour between rounds: the first round runs as the publisher starts, before any
+        // task, so every count below comes from the round `stop()` runs before returning.
+        let publisher = PoolMetrics(pools: ["resize": pool], every: .seconds(3600))
         let done = Countdown(1000)
         for _ in 0..<1000 { try pool.submit { done.hit() } }
         done.wait()
         for i in 0..<50 { _ = try await pool.run { i * 2 } }
-        try await Task.sleep(for: .milliseconds(50))
-        publisher.stop()
         let dims = [("pool", "resize")]
+        publisher.stop() // publishes everything up to here before it returns
         let executed = try metrics.expectCounter("spindle_tasks_executed_total", dims).totalValue
         XCTAssertGreaterThanOrEqual(executed, 1050, "executed tasks were not counted")
         XCTAssertEqual(try metrics.expectTimer("spindle_offload_queue_delay", dims).values.count, 50)
@@ -50,10 +51,9 @@ final class PoolMetricsTests: XCTestCase {
         let pool = try holdablePool(workers: 1, queueLimit: 1)
         let blocker = Blocker()
         try blocker.occupy(pool)
-        let publisher = PoolMetrics(pools: ["limited": pool], every: .milliseconds(5))
+        let publisher = PoolMetrics(pools: ["limited": pool], every: .seconds(3600))
         XCTAssertTrue(pool.trySubmit {})
         for _ in 0..<7 { XCTAssertFalse(pool.trySubmit {}) }
-        usleep(30_000)
         publisher.stop()
         XCTAssertEqual(try metrics.expectCounter("spindle_tasks_refused_total", [("pool", "limited")]).totalValue, 7)
         blocker.open()
@@ -64,7 +64,6 @@ final class PoolMetricsTests: XCTestCase {
         let metrics = testMetrics
         let publisher = PoolMetrics(every: .milliseconds(5))
         _ = ThreadPool.forQualityOfService(.background).run { usleep(1000) }
-        usleep(30_000)
         publisher.stop()
         _ = try metrics.expectCounter("spindle_tasks_executed_total", [("pool", "spindle-bg"), ("qos", "background")])
         _ = try metrics.expectCounter("spindle_cpu_seconds_total", [("pool", "spindle-w"), ("qos", "default")])

@@ -199,6 +199,7 @@ final class QoSTests: XCTestCase {
         let stop = Atomic<Bool>(false)
         let bgRuns = Atomic<Int>(0)
         let lanes = Atomic<Int>(0)
+        let uiWorkersBusy = Atomic<Int>(0) // a bit per userInteractive worker that has started a chunk
         @Sendable func spin(_ ns: UInt64) {
             let end = DispatchTime.now().uptimeNanoseconds + ns
             while DispatchTime.now().uptimeNanoseconds < end {}
@@ -209,6 +210,7 @@ final class QoSTests: XCTestCase {
             if stop.load(ordering: .acquiring) { lanes.subtract(1, ordering: .relaxed) } else { try? bg.submit(bgChunk) }
         }
         @Sendable func uiChunk() {
+            if let i = ui.currentWorkerIndex { uiWorkersBusy.bitwiseOr(1 << i, ordering: .relaxed) }
             spin(1_000_000)
             if stop.load(ordering: .acquiring) { lanes.subtract(1, ordering: .relaxed) } else { try? ui.submit(uiChunk) }
         }
@@ -221,7 +223,9 @@ final class QoSTests: XCTestCase {
             while lanes.load(ordering: .relaxed) > 0 && DispatchTime.now().uptimeNanoseconds < deadline { usleep(1000) }
             XCTAssertEqual(lanes.load(ordering: .relaxed), 0, "the load did not stop")
         }
-        usleep(50_000) // let the interactive load take every CPU
+        // The interactive load holds every CPU once each of its workers runs a chunk.
+        XCTAssertTrue(eventually { uiWorkersBusy.load(ordering: .relaxed) == (1 << ui.workerCount) - 1 },
+                      "the interactive workers did not all start")
         let before = bgRuns.load(ordering: .relaxed)
         let start = DispatchTime.now().uptimeNanoseconds
         let deadline = start + 20_000_000_000

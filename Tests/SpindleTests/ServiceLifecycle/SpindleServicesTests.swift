@@ -31,9 +31,10 @@ final class SpindleServicesTests: XCTestCase {
         let ran = Atomic<Int>(0)
         for _ in 0..<100 { try pool.submit { ran.add(1, ordering: .relaxed) } }
         let service = Task { try await ThreadPoolService(pool).run() }
-        try await Task.sleep(for: .milliseconds(20))
         service.cancel()
-        try await Task.sleep(for: .milliseconds(20))
+        // The cancelling shutdown has begun once the pool says so (its mode is set in the
+        // same step): only then may the worker go back to the queue.
+        while !pool.isShuttingDown { try await Task.sleep(for: .milliseconds(1)) }
         blocker.open()
         try await service.value
         XCTAssertEqual(ran.load(ordering: .relaxed), 0, "a cancelled service ran queued work")

@@ -11,7 +11,7 @@ import Synchronization
 extension Operation {
     /// Fields used by few operations live out of line, to keep a queued operation small.
     ///
-    /// Small for memory (≤ 256 bytes per queued BlockOperation), not for speed. Not
+    /// Small for memory (a BlockOperation is one allocation of at most 256 bytes), not for speed. Not
     /// pursued: ordering the stored properties so that the ones the workers touch share
     /// fewer cache lines, or shrinking the object further. A cache line more or less
     /// shared with the workers is below what the `operation-throughput` benchmark
