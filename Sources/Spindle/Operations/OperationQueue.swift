@@ -52,8 +52,8 @@ import Synchronization
 @safe
 open class OperationQueue: @unchecked Sendable {
     // safety: its list of operations holds one retained reference to each
-    // (QueueState.swift)
-    // and it holds itself while it has work (LT1-LT3, QueueLifetime.swift).
+    // (QueueState.swift) and it holds itself while it has work (LT1-LT3,
+    // QueueLifetime.swift).
     // @unchecked: mutable state is in `state` (under its lock) or in atomics.
 
     /// The default for ``maxConcurrentOperationCount``: as many as the pool's width.
@@ -158,8 +158,8 @@ open class OperationQueue: @unchecked Sendable {
             // takes a lock and a flag: only on queues that were given one).
             if qos != Int.min { op.qualityOfService = QualityOfService(rawValue: qos) ?? .default }
             // safety: the word names the queue unretained; the queue holds itself while the
-            // operation is
-            // unfinished (LT3), and a reader after that pins it (QueueSlot.swift).
+            // operation is unfinished (LT3), and a reader after that pins it
+            // (QueueSlot.swift).
             unsafe op.queueSync.word.store(UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()), ordering: .relaxed)
             unsafe register(u, op, readyNow: true, fresh: true, isBarrier: false)
         }

@@ -240,8 +240,7 @@ final class PoolTimerSlot: Sendable {
 
     func publish(_ timers: PoolTimers?) {
         // safety: the slot keeps a retained reference for the rest of the process (timers
-        // are never
-        // released), so `current` may hand them out unretained.
+        // are never released), so `current` may hand them out unretained.
         let bits = timers.map { unsafe UInt(bitPattern: Unmanaged.passRetained($0).toOpaque()) } ?? 0
         word.store(bits, ordering: .releasing)
     }

@@ -216,8 +216,7 @@ class OffloadBase: @unchecked Sendable {
     /// awaiting task why.
     final func refused(_ error: ThreadPool.Error) {
         // safety: releases the engine's reference `submissionNode` took; the node was never
-        // queued, so
-        // its run will not release it too.
+        // queued, so its run will not release it too.
         unsafe Unmanaged.passUnretained(self).release()
         discard(error)
     }

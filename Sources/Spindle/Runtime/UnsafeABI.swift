@@ -14,11 +14,11 @@ import CSpindle
 /// malloc/free pair per operation, and in a producer-bound queue every pair that
 /// glibc's thread cache cannot balance goes to its slow path.
 enum TaskNode {
-    // safety: `object`'s class declares `engineTask` as its first stored property and
-    // has no stored superclass; a Swift class instance's
-    // stored properties start right after its header (isa pointer and reference
-    // counts, two words), for every subclass: a subclass's properties follow its
-    // superclass's. `_getUnsafePointerToStoredProperties` returns that address.
+    // safety: `object`'s class declares `engineTask` as its first stored property and has
+    // no stored superclass; a Swift class instance's stored properties start right after
+    // its header (isa pointer and reference counts, two words), for every subclass: a
+    // subclass's properties follow its superclass's. `_getUnsafePointerToStoredProperties`
+    // returns that address.
     /// Where the node is: the first stored property, just past the object header.
     @inline(__always)
     static func node(of object: AnyObject) -> UnsafeMutablePointer<spindle_task> {

@@ -17,8 +17,7 @@ import Synchronization
 extension OperationQueue {
     func enqueue(_ op: Operation, isBarrier: Bool = false) {
         // safety: stored unretained in the operation's queue word; the queue holds itself
-        // from this
-        // add until the operation finishes (LT3).
+        // from this add until the operation finishes (LT3).
         let me = unsafe Unmanaged.passUnretained(self)
         // Claim the operation for this queue with one CAS, or trap on misuse, leaving it
         // untouched. (Finished or executing operations are refused before the claim.)
