@@ -407,7 +407,10 @@ open class Operation: @unchecked Sendable {
             return true
         }
         guard added else { return }
-        hadDependencies.store(true, ordering: .releasing)
+        // seq_cst: the edge's side of a Dekker pair with a promotion's walk (Promotion.swift,
+        // P2): this flag, then (`knownRank`) the floor; the walk raises the floor, then
+        // reads this flag. Either the walk reads the list, or the edge sees the floor.
+        hadDependencies.store(true, ordering: .sequentiallyConsistent)
         // Count the edge first, then register with `op`. The other order races: `op`
         // could finish between the two steps and decrement before we increment, and
         // nobody would then notice that we became ready.

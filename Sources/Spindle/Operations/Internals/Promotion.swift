@@ -25,6 +25,9 @@ import Synchronization
 //     operation in no queue cannot start, so the walk raises its floor and leaves its
 //     dependencies to its add (A5), which promotes them at its class, floor included:
 //     a chain built before it is added costs one floor per add, not a walk per chain.
+//     The walk's raise and its reads form Dekker pairs with an add (the queue word)
+//     and with a new edge (`hadDependencies`); Tests/Models/promotion_walk.pml checks
+//     P2 and P3 against both.
 // P3. Who promotes:
 //     - a new dependency edge: the dependent's class onto the dependency, when the
 //       dependent's class is known (its own, or its queue's);
@@ -148,7 +151,10 @@ extension Operation {
             // pair with the add: our floor RMW, then this load of its queue word; the
             // add's claiming CAS, then its load of the floor (all seq_cst). Either this
             // sees it queued, or the add sees the floor.
-            if op.hadDependencies.load(ordering: .acquiring) && op.queueSync.word.load(ordering: .sequentiallyConsistent) != 0 {
+            // And a pair with a new edge (Operation.addDependencyEdge): our floor RMW, then
+            // this load of its flag (seq_cst); the edge's flag, then its load of the floor.
+            if op.hadDependencies.load(ordering: .sequentiallyConsistent)
+                && op.queueSync.word.load(ordering: .sequentiallyConsistent) != 0 {
                 for d in op.guarded.locked({ $0.dependencies }) where !d.finishHandled.load(ordering: .acquiring) {
                     work.append((d, false))
                 }
@@ -208,7 +214,8 @@ extension Operation {
     /// The class this operation runs at, when it is known: its own, a promotion, or its
     /// queue's; 0 for an operation in no queue with no class of its own.
     var knownRank: UInt8 {
-        let floor = promotedRank.load(ordering: .acquiring)
+        // seq_cst: a new edge's side of its pair with the walk (addDependencyEdge).
+        let floor = promotedRank.load(ordering: .sequentiallyConsistent)
         var own: UInt8 = 0
         if queueSync.word.load(ordering: .acquiring) != 0 {
             withPinnedQueue { q in own = ClassRank.of(effectiveQoS(queueDefault: q.qualityOfService)) }
