@@ -13,7 +13,7 @@
  *       line. Then sleep until resumed.
  *     admitted: the closure is queued; when a worker starts it, giveBack (AD1): under
  *       the lock, queued -= 1; if someone waits and there is room, the first waiter
- *       takes the slot (queued += 1 again, AD2); it is resumed after the lock.
+ *       takes the place (queued += 1 again, AD2); it is resumed after the lock.
  *   canceller: submitter 1's task is cancelled: the flag, then leave (AD3).
  *   closer: shutdown's close (AD4): under the lock, closed, and every waiter taken off
  *     the line, to be resumed with shutDown after the lock.
@@ -22,12 +22,12 @@
  * What is checked, with and without a shutdown: when nothing can move, nobody sleeps
  * in the line; queued never exceeds the limit; a submitter admitted without waiting
  * found nobody in line; waiters leave the line in the order they joined; nobody is
- * handed a slot once the pool has closed.
+ * handed a place once the pool has closed.
  *
  * Mutants (scripts/model-check.sh makes sure each fails):
- *   -DMUTANT_GIVEBACK_DROPS  giveBack frees the slot without handing it to a waiter.
+ *   -DMUTANT_GIVEBACK_DROPS  giveBack frees the place without handing it to a waiter.
  *   -DMUTANT_CLOSE_KEEPS     close refuses newcomers but leaves the line waiting.
- * With a depth limit alone, a give-back hands its slot straight to the first waiter, so
+ * With a depth limit alone, a give-back hands its place straight to the first waiter, so
  * there is never room while anyone waits and a newcomer cannot get ahead even without
  * tryTake's look at the line; that look is for the delay limit (AD5), which this model
  * leaves out, and queue_admission.pml has the mutant that barges.
@@ -95,7 +95,7 @@ proctype submitter(byte me) {
     acquire();
     if
     :: !closed && nline == 0 && ROOM ->
-       assert(nline == 0);          /* AD2: no slot taken ahead of a waiter */
+       assert(nline == 0);          /* AD2: no place taken ahead of a waiter */
        queued++;
        assert(queued <= LIMIT);
        release();

@@ -28,11 +28,11 @@ import Synchronization
 /// (Swift allows overriding only what the class body declares). The machinery lives
 /// in `Operations/Internals`, one protocol per file: the start and its phases
 /// (`OperationLifecycle.swift`), the finish (`FinishProtocol.swift`), readiness and
-/// dependencies (`Readiness.swift`), the fields its queue owns (`QueueSlot.swift`),
+/// dependencies (`Readiness.swift`), the fields its queue owns (`QueueFields.swift`),
 /// waiting (`Waiter.swift`).
 @safe
 open class Operation: @unchecked Sendable {
-    // safety: its unretained links are kept valid by QueueSlot.swift's and
+    // safety: its unretained links are kept valid by QueueFields.swift's and
     // Dependents.swift's rules.
     // @unchecked: all mutable state is behind `guarded` (a Mutex) or atomics; the
     // queue-owned fields are touched only under the owning queue's lock.
@@ -109,15 +109,15 @@ open class Operation: @unchecked Sendable {
 
     /// The fields that belong to the queue this operation is added to, read from any
     /// thread: which queue, the pins on that link, and who still needs the queue
-    /// list's reference (see `QueueSlot.swift`).
+    /// list's reference (see `QueueFields.swift`).
     let queueSync = QueueSync()
     /// The fields that belong to its queue and are written only under that queue's
     /// lock: its place in the queue's list and what the queue did with it (see
-    /// `QueueSlot.swift`). Their synchronisation is that lock, so Swift's dynamic
+    /// `QueueFields.swift`). Their synchronisation is that lock, so Swift's dynamic
     /// exclusivity checks are off for them.
-    @exclusivity(unchecked) final var queueSlot = unsafe QueueSlot()
+    @exclusivity(unchecked) final var queueFields = unsafe QueueFields()
     /// The strong reference behind `queueSync.word`, for an operation that code outside
-    /// the queue can reach (see `QueueSlot.swift`). Not under the queue's lock: set by
+    /// the queue can reach (see `QueueFields.swift`). Not under the queue's lock: set by
     /// the thread that claimed the operation, dropped by its finish or its last pin.
     @exclusivity(unchecked) var queueReference: OperationQueue?
 
@@ -199,7 +199,7 @@ open class Operation: @unchecked Sendable {
             }
             if byQueue {
                 // The queue's runner has made us the thread's current operation.
-                if unsafe queueSlot.reportsProgress, let queue = unsafe ownerQueue {
+                if unsafe queueFields.reportsProgress, let queue = unsafe ownerQueue {
                     unsafe queue.withGuaranteedReference { $0.runReportingProgress(self) }
                 } else {
                     main()

@@ -159,7 +159,7 @@ open class OperationQueue: @unchecked Sendable {
             if qos != Int.min { op.qualityOfService = QualityOfService(rawValue: qos) ?? .default }
             // safety: the word names the queue unretained; the queue holds itself while the
             // operation is unfinished (LT3), and a reader after that pins it
-            // (QueueSlot.swift).
+            // (QueueFields.swift).
             unsafe op.queueSync.word.store(UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()), ordering: .relaxed)
             unsafe register(u, op, readyNow: true, fresh: true, isBarrier: false)
         }

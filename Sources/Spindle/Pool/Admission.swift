@@ -18,11 +18,11 @@ import Synchronization
 // estimate of how long work takes, and it rises as soon as the workers stop keeping
 // up, even when nothing starts at all.
 //
-// AD1. A slot is taken when a closure is accepted and given back when it leaves the
+// AD1. A place is taken when a closure is accepted and given back when it leaves the
 //      queue: when it starts, when its awaiting task is cancelled before it starts, or
 //      when a cancelling shutdown discards it. Whoever moves an offload out of its
-//      pending state gives the slot back, once, with the ticket it was admitted with.
-// AD2. A slot given back while submitters wait goes to the first of them directly:
+//      pending state gives the place back, once, with the ticket it was admitted with.
+// AD2. A place given back while submitters wait goes to the first of them directly:
 //      the count does not drop, so nobody who arrives later takes it first (FIFO, no
 //      barging). `tryTake` fails while anyone waits.
 // AD3. A waiting submitter whose task is cancelled leaves the line and throws
@@ -80,7 +80,7 @@ final class Admission: Sendable {
     /// Closures accepted and not yet started.
     var queued: Int { state.locked { $0.queued } }
 
-    /// Submitters waiting in line for a slot.
+    /// Submitters waiting in line for a place.
     var waiting: Int { state.locked { $0.line.count } }
 
     /// How long the oldest queued closure has waited so far, in nanoseconds (0 without a
@@ -90,7 +90,7 @@ final class Admission: Sendable {
         return state.locked { s in s.tickets.first.map { now &- $0.admittedAt } ?? 0 }
     }
 
-    /// Takes a slot if one is free and nobody waits for one (AD2); nil otherwise, and
+    /// Takes a place if one is free and nobody waits for one (AD2); nil otherwise, and
     /// when the pool has shut down.
     func tryTake() -> Ticket? {
         let now = delayLimit == nil ? 0 : Admission.now()
@@ -100,7 +100,7 @@ final class Admission: Sendable {
         }
     }
 
-    /// Takes a slot, waiting in line for one if the pool is full (AD2, AD3).
+    /// Takes a place, waiting in line for one if the pool is full (AD2, AD3).
     ///
     /// - Throws: `CancellationError` when the calling task is cancelled while it waits;
     ///   ``ThreadPool/Error/shutDown`` when the pool shuts down.
@@ -118,13 +118,13 @@ final class Admission: Sendable {
         }, leave: { state.locked { $0.line.remove(id) } })
     }
 
-    /// Gives a slot back (AD1): to the first waiter, or to the pool.
+    /// Gives a place back (AD1): to the first waiter, or to the pool.
     func giveBack(_ ticket: Ticket) {
         let now = delayLimit == nil ? 0 : Admission.now()
         let next = state.locked { s -> (WaitingLine<Ticket>.Continuation, Ticket)? in
             s.queued -= 1
             if delayLimit != nil { leave(&s, ticket) }
-            // The slot passes to the first waiter if the pool now has room for it.
+            // The place passes to the first waiter if the pool now has room for it.
             guard !s.line.isEmpty, hasRoom(s, now), let w = s.line.popFirst() else { return nil }
             return (w, admit(&s, now))
         }

@@ -79,7 +79,7 @@ extension ThreadPool {
         let offload = offloadType.init(body, admission: admission, ticket: ticket, timers: timerSlot.current)
         return try await withTaskCancellationHandler {
             unsafe try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
-                // A cancellation that came first (even while waiting for a slot that was
+                // A cancellation that came first (even while waiting for a place that was
                 // then granted) is taken here, and nothing is submitted.
                 guard unsafe offload.publish(c) else { return }
                 let rc = unsafe spindle_submit_task(raw, offload.submissionNode())
@@ -107,9 +107,9 @@ extension ThreadPool {
         }
     }
 
-    /// `submit` on a pool with a queue limit: a slot is taken first (AD1) and given back
+    /// `submit` on a pool with a queue limit: a place is taken first (AD1) and given back
     /// when the closure starts. A cancelling shutdown that discards it closes the
-    /// admission first, so the slot it keeps is never waited for.
+    /// admission first, so the place it keeps is never waited for.
     func submitAdmitted(_ work: consuming @escaping @Sendable () -> Void, _ admission: Admission) throws {
         guard let ticket = admission.tryTake() else { throw admissionRefusal() }
         let task = unsafe ClosureTask.make { [work] in
@@ -160,7 +160,7 @@ extension ThreadPool {
 ///      (release), and from `pending` to one of `started`, `cancelled`, `discarded`
 ///      by one CAS (acquire, so the winner sees the continuation). The winner resumes
 ///      the continuation — with the result, `CancellationError` or the pool's refusal
-///      — and gives back the admission slot (AD1); everyone else does nothing.
+///      — and gives back the admission place (AD1); everyone else does nothing.
 /// OF2. A cancellation before publication moves `unpublished` to `cancelled`; the
 ///      publication then fails, resumes with `CancellationError` itself and submits
 ///      nothing.
@@ -174,7 +174,7 @@ class OffloadBase: @unchecked Sendable {
     @exclusivity(unchecked) final var engineTask = unsafe spindle_task(spindle_private: (nil, nil), run: nil)
     final let phase = Atomic<UInt8>(OffloadBase.unpublished)
     final let admission: Admission?
-    /// What the offload was admitted with (AD5), to give back with its slot.
+    /// What the offload was admitted with (AD5), to give back with its place.
     final let ticket: Admission.Ticket
 
     static let unpublished: UInt8 = 0
@@ -189,7 +189,7 @@ class OffloadBase: @unchecked Sendable {
     }
 
     /// Moves the offload from pending to `next`; true for the one caller that does,
-    /// which has then given the slot back (OF1).
+    /// which has then given the place back (OF1).
     final func leavePending(to next: UInt8) -> Bool {
         guard phase.compareExchange(expected: OffloadBase.pending, desired: next, ordering: .acquiring).exchanged
         else { return false }

@@ -1,5 +1,5 @@
 /// Tasks waiting, first come first served, for something granted under their owner's
-/// lock: a pool's admission slot (Admission.swift), a place in a queue
+/// lock: a pool's admission place (Admission.swift), a place in a queue
 /// (QueueAdmission.swift). Kept in the owner's locked state, so
 /// that deciding whether a newcomer may go ahead and joining the line are one step.
 ///

@@ -187,7 +187,7 @@ extension OperationQueue {
             return unsafe saved
         }
         op.startedByQueue.store(true, ordering: .releasing)
-        if hasProgress.load(ordering: .relaxed) { unsafe op.queueSlot.reportsProgress = true }
+        if hasProgress.load(ordering: .relaxed) { unsafe op.queueFields.reportsProgress = true }
         unsafe ChainRunner.submitCompletionOnNextStart(ts)
         op.start()
         // A custom operation that became finished inside `start()` without announcing it

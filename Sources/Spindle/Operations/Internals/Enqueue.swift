@@ -11,7 +11,7 @@ import Synchronization
 //     behind a pending barrier, on its ready list, or nowhere until it is ready.
 // A4. After the lock: start what may start, or, if it was not found ready, evaluate
 //     its readiness again — a readiness change between A2 and A3 was held back until
-//     `QueueSlot.linked` let it through.
+//     `QueueFields.linked` let it through.
 // A5. Its class is promoted onto what it waits for (Promotion.swift, P3).
 
 extension OperationQueue {
@@ -77,8 +77,8 @@ extension OperationQueue {
         // it can finish; a waiter (which checks the count under the lock) sees it.
         if !fresh {
             unsafe op.queueReference = self
-            unsafe op.queueSlot.held = true
-            unsafe op.queueSlot.addedByCaller = true
+            unsafe op.queueFields.held = true
+            unsafe op.queueFields.addedByCaller = true
         }
         // The locked section's results, returned rather than written to captured
         // variables (those would cost dynamic exclusivity checks on every add).
@@ -123,10 +123,10 @@ extension OperationQueue {
             // the field yet: `operations` needs our lock.
             if unsafe fresh && !s.isDirect {
                 unsafe op.queueReference = self
-                unsafe op.queueSlot.held = true
+                unsafe op.queueFields.held = true
             }
             if unsafe out.direct {
-                unsafe op.queueSlot.started = true
+                unsafe op.queueFields.started = true
                 unsafe out.config = unsafe DispatchConfig(s)
             } else if becomesReady {
                 unsafe s.push(op, level: s.level(of: op))
@@ -150,7 +150,7 @@ extension OperationQueue {
             if unsafe outcome.direct { dispatch(op, config) } else { unsafe dispatch(outcome.start, config) }
         } else if !op.queueSync.readySignalled.load(ordering: .acquiring) {
             // Not found ready when registered (or behind a barrier): its readiness may
-            // have changed before `queueSlot.linked` let its notification through.
+            // have changed before `queueFields.linked` let its notification through.
             op.evaluateReadiness()
         }
         if keep { unsafe u.release() }

@@ -14,7 +14,7 @@ import Synchronization
 // F4. Its queue counts it finished (QueueLifetime.swift), which may start the next
 //     operation — on this thread, through the chain runner (ChainRunner.swift), when
 //     this thread's runner is running this operation.
-// F5. An operation the program added drops its queue (QueueSlot.swift).
+// F5. An operation the program added drops its queue (QueueFields.swift).
 // F6. `finishCompleted` is set, and then the waiters are released: a returning
 //     `waitUntilFinished` implies F2-F5 have happened.
 // F7. The completion block runs as a task of its own, on a worker of the operation's
@@ -70,7 +70,7 @@ extension Operation {
         unsafe queue?.withGuaranteedReference { $0.operationFinished(self) }
         if chained { unsafe ts.withGuaranteedReference { unsafe $0.finishing = nil } }
         // F5. Written before the operation could start, never after.
-        if unsafe queue != nil && queueSlot.addedByCaller { dropQueue() }
+        if unsafe queue != nil && queueFields.addedByCaller { dropQueue() }
         // F6.
         releaseWaiters()
         if let (completion, pool) = unsafe completionLast { unsafe runCompletionBlock(completion, on: pool) }

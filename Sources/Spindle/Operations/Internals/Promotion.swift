@@ -369,13 +369,13 @@ extension OperationQueue {
     /// those are the ones `op` may wait behind.
     func unfinishedAhead(of op: Operation) -> [Operation] {
         unsafe state.locked { s -> [Operation] in
-            guard unsafe s.maxConcurrent >= 0, unsafe op.queueSlot.linked else { return [] }
+            guard unsafe s.maxConcurrent >= 0, unsafe op.queueFields.linked else { return [] }
             var out: [Operation] = []
-            var cursor = unsafe op.queueSlot.prev
+            var cursor = unsafe op.queueFields.prev
             while let c = unsafe cursor {
                 let o = unsafe c.takeUnretainedValue()
                 if !o.queueSync.done.load(ordering: .acquiring) { out.append(o) }
-                unsafe cursor = unsafe o.queueSlot.prev
+                unsafe cursor = unsafe o.queueFields.prev
             }
             return out
         }
@@ -412,7 +412,7 @@ extension OperationQueue {
                     && (queueRank < rank || op.hasOwnPriority.load(ordering: .relaxed)) {
                     out.append(op)
                 }
-                unsafe cursor = unsafe op.queueSlot.next
+                unsafe cursor = unsafe op.queueFields.next
             }
             return out
         }

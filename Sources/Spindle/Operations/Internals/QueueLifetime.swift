@@ -30,7 +30,7 @@ import Synchronization
 //     its `cancel()` and readiness changes reach the queue from any thread at any
 //     moment, including while it finishes. So does one made by the block form of
 //     `addOperation` while the queue is not in direct mode, where every finish takes
-//     the lock anyway (`QueueSlot.held`: it decrements first, outside the lock). In
+//     the lock anyway (`QueueFields.held`: it decrements first, outside the lock). In
 //     direct mode that form's operations are reachable only from the queue until
 //     `operations` hands them out, and skip the retain and its release.
 //
@@ -59,10 +59,10 @@ extension OperationQueue {
         // Before it is counted out: see `pendingBarriers`.
         if op is BarrierOperation { pendingBarriers.subtract(1, ordering: .sequentiallyConsistent) }
         // Written under the lock before the operation could start; we run after it did.
-        let started = unsafe op.queueSlot.started
+        let started = unsafe op.queueFields.started
         op.queueSync.done.store(true, ordering: .releasing)
         let delta = OperationQueue.oneUnfinished | (started ? 1 : 0)
-        if unsafe op.queueSlot.held {
+        if unsafe op.queueFields.held {
             // The operation holds the queue, which therefore outlives this call: one RMW
             // outside the lock (not lengthening the section the adding thread waits
             // on), then the lock only when there is something to do under it.
@@ -126,7 +126,7 @@ extension OperationQueue {
                 unsafe out.remaining = unfinishedCount
             }
             // Not started by the queue: it may sit in a ready list; skip it there.
-            if !started { unsafe op.queueSlot.retired = true }
+            if !started { unsafe op.queueFields.retired = true }
             if unsafe out.remaining == 0 {
                 unsafe out.waiters = unsafe s.waiters
                 unsafe s.waiters = unsafe []

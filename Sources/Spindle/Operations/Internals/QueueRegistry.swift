@@ -4,30 +4,30 @@ import Synchronization
 // keeps every added operation alive until it has finished and its runner is done with
 // it.
 //
-// An intrusive doubly linked list through `QueueSlot.prev/next`, under the queue's
+// An intrusive doubly linked list through `QueueFields.prev/next`, under the queue's
 // lock, holding one retained reference to each operation. The workers that finish
 // operations never touch it: finished ones (`QueueSync.done`) are unlinked lazily by
 // the thread adding operations (`prune`), and all at once when the queue drains
 // (`unlinkAll`). References are released outside the lock, in a chain built through
-// `QueueSlot.next` (`OperationQueue.release`), because a release may run a deinit and
+// `QueueFields.next` (`OperationQueue.release`), because a release may run a deinit and
 // user code.
 
 extension OperationQueue.State {
     /// Appends `op` to the list, which takes over the reference `u` holds.
     mutating func link(_ u: Unmanaged<Operation>, _ op: Operation) {
-        unsafe op.queueSlot.linked = true
-        unsafe op.queueSlot.prev = unsafe tail
-        unsafe op.queueSlot.next = nil
-        if let t = unsafe tail { unsafe t.withGuaranteedReference { unsafe $0.queueSlot.next = unsafe u } } else { unsafe head = unsafe u }
+        unsafe op.queueFields.linked = true
+        unsafe op.queueFields.prev = unsafe tail
+        unsafe op.queueFields.next = nil
+        if let t = unsafe tail { unsafe t.withGuaranteedReference { unsafe $0.queueFields.next = unsafe u } } else { unsafe head = unsafe u }
         unsafe tail = unsafe u
         unsafe linked += 1
     }
 
     /// Takes `op` off the list and pushes it on `released`, a chain (through
-    /// `queueSlot.next`) of references for the caller to release outside the lock.
+    /// `queueFields.next`) of references for the caller to release outside the lock.
     mutating func unlink(_ op: Operation, onto released: inout Unmanaged<Operation>?) {
         unsafe detach(op)
-        unsafe op.queueSlot.next = unsafe released
+        unsafe op.queueFields.next = unsafe released
         // safety: the list's reference moves to `released`, which the caller releases
         // outside the lock.
         unsafe released = unsafe Unmanaged.passUnretained(op)
@@ -35,11 +35,11 @@ extension OperationQueue.State {
 
     /// Takes `op` off the list, leaving the list's reference to it with the caller.
     mutating func detach(_ op: Operation) {
-        let prev = unsafe op.queueSlot.prev, next = unsafe op.queueSlot.next
-        if let prev = unsafe prev { unsafe prev.withGuaranteedReference { unsafe $0.queueSlot.next = unsafe next } } else { unsafe head = unsafe next }
-        if let next = unsafe next { unsafe next.withGuaranteedReference { unsafe $0.queueSlot.prev = unsafe prev } } else { unsafe tail = unsafe prev }
-        unsafe op.queueSlot.prev = nil
-        unsafe op.queueSlot.next = nil
+        let prev = unsafe op.queueFields.prev, next = unsafe op.queueFields.next
+        if let prev = unsafe prev { unsafe prev.withGuaranteedReference { unsafe $0.queueFields.next = unsafe next } } else { unsafe head = unsafe next }
+        if let next = unsafe next { unsafe next.withGuaranteedReference { unsafe $0.queueFields.prev = unsafe prev } } else { unsafe tail = unsafe prev }
+        unsafe op.queueFields.prev = nil
+        unsafe op.queueFields.next = nil
         unsafe linked -= 1
     }
 
@@ -65,7 +65,7 @@ extension OperationQueue.State {
             var cursor = unsafe head, steps = 0, unlinked = 0
             while let u = unsafe cursor, steps < 4, unlinked < 2 {
                 unsafe cursor = unsafe u.withGuaranteedReference { op in
-                    let next = unsafe op.queueSlot.next
+                    let next = unsafe op.queueFields.next
                     if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone {
                         unsafe unlink(op, onto: &released)
                         unlinked += 1
@@ -79,7 +79,7 @@ extension OperationQueue.State {
         var cursor = unsafe head
         while let u = unsafe cursor {
             unsafe cursor = unsafe u.withGuaranteedReference { op in
-                let next = unsafe op.queueSlot.next
+                let next = unsafe op.queueFields.next
                 if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone { unsafe unlink(op, onto: &released) }
                 return unsafe next
             }
@@ -95,11 +95,11 @@ extension OperationQueue.State {
                 unsafe detach(op)
                 // The last access unless the reference is ours: once `listGone` is
                 // set, the runner may release the operation at any moment.
-                let ours = unsafe !op.queueSlot.started
+                let ours = unsafe !op.queueFields.started
                     || op.queueSync.runState.bitwiseOr(QueueSync.listGone, ordering: .acquiringAndReleasing).oldValue
                         & QueueSync.runnerDone != 0
                 if ours {
-                    unsafe op.queueSlot.next = unsafe released
+                    unsafe op.queueFields.next = unsafe released
                     unsafe released = unsafe u
                 }
             }
@@ -113,7 +113,7 @@ extension OperationQueue.State {
         while let u = unsafe cursor {
             let op = unsafe u.takeUnretainedValue()
             if !op.queueSync.done.load(ordering: .acquiring) { out.append(op) }
-            unsafe cursor = unsafe op.queueSlot.next
+            unsafe cursor = unsafe op.queueFields.next
         }
         return out
     }
@@ -125,8 +125,8 @@ extension OperationQueue {
         var cursor = unsafe chain
         while let u = unsafe cursor {
             unsafe cursor = unsafe u.withGuaranteedReference { op in
-                let next = unsafe op.queueSlot.next
-                unsafe op.queueSlot.next = nil
+                let next = unsafe op.queueFields.next
+                unsafe op.queueFields.next = nil
                 return unsafe next
             }
             unsafe u.release()
@@ -138,9 +138,9 @@ extension OperationQueue {
     /// other (QueueLifetime.swift, LT3). Called under the lock, where the list holds them and
     /// nobody else writes the field.
     func handOut(_ ops: [Operation]) -> [Operation] {
-        // An operation that holds its queue already (`queueSlot.held`) is skipped without
+        // An operation that holds its queue already (`queueFields.held`) is skipped without
         // reading the reference, which its finish may be dropping (`Operation.dropQueue`).
-        for op in ops where unsafe !op.queueSlot.held && op.queueReference == nil { unsafe op.queueReference = self }
+        for op in ops where unsafe !op.queueFields.held && op.queueReference == nil { unsafe op.queueReference = self }
         return ops
     }
 }

@@ -4,7 +4,7 @@ import Synchronization
 // What an OperationQueue's lock guards, and the scheduling steps taken under it.
 //
 // One lock per queue (a futex mutex: Runtime/Locking.swift) guards this struct and the
-// `QueueSlot` of every operation in the queue. The counts are outside it, in one atomic
+// `QueueFields` of every operation in the queue. The counts are outside it, in one atomic
 // word (QueueLifetime.swift), so that the common add and finish need no second RMW.
 
 extension OperationQueue {
@@ -14,7 +14,7 @@ extension OperationQueue {
         // when unlinked (QueueRegistry.swift).
         let ready = ReadyRings()
         /// The operations added, in order: an intrusive doubly linked list through
-        /// `Operation.queueSlot.prev/queueSlot.next`, holding one retained reference to each.
+        /// `Operation.queueFields.prev/queueFields.next`, holding one retained reference to each.
         /// Finished ones (`queueSync.done`) are unlinked lazily by `prune`, by the thread
         /// adding operations, and all at once when the queue drains.
         var head: Unmanaged<Operation>?
@@ -70,7 +70,7 @@ extension OperationQueue.State {
     /// that says so.
     func popReady() -> Operation? {
         while let op = unsafe ready.pop() {
-            if unsafe op.queueSlot.retired { continue }
+            if unsafe op.queueFields.retired { continue }
             if unsafe op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op) { continue }
             return op
         }
@@ -107,7 +107,7 @@ extension OperationQueue.State {
                 || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent,
               let op = unsafe popReady() {
             counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
-            unsafe op.queueSlot.started = true
+            unsafe op.queueFields.started = true
             out.append(op)
         }
         return out

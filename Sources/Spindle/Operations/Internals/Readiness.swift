@@ -84,7 +84,7 @@ extension OperationQueue {
             // Exactly once, and never before `enqueue` has counted the operation (it
             // re-evaluates readiness itself after registering it). Both checks are
             // under our lock, which is where every write of these fields happens.
-            guard unsafe op.queueSlot.linked, !op.queueSync.readySignalled.load(ordering: .relaxed) else { return (.none, nil) }
+            guard unsafe op.queueFields.linked, !op.queueSync.readySignalled.load(ordering: .relaxed) else { return (.none, nil) }
             op.queueSync.readySignalled.store(true, ordering: .relaxed)
             unsafe s.push(op, level: s.level(of: op))
             return unsafe (s.takeStartable(counts), DispatchConfig(s))
@@ -96,8 +96,8 @@ extension OperationQueue {
     /// false; true when it did (it is then signalled again when it turns ready).
     func operationBecameUnready(_ op: Operation) -> Bool {
         unsafe state.locked { s -> Bool in
-            guard unsafe op.queueSlot.linked, op.queueSync.readySignalled.load(ordering: .relaxed), unsafe !op.queueSlot.started,
-                  unsafe !op.queueSlot.retired, unsafe s.ready.remove(op) else { return false }
+            guard unsafe op.queueFields.linked, op.queueSync.readySignalled.load(ordering: .relaxed), unsafe !op.queueFields.started,
+                  unsafe !op.queueFields.retired, unsafe s.ready.remove(op) else { return false }
             op.queueSync.readySignalled.store(false, ordering: .relaxed)
             return true
         }
@@ -107,8 +107,8 @@ extension OperationQueue {
     /// as Foundation does), so that the queue starts it in that order.
     func operationPriorityChanged(_ op: Operation) {
         let (start, config) = unsafe state.locked { s -> (Startable, DispatchConfig?) in
-            guard unsafe op.queueSlot.linked, op.queueSync.readySignalled.load(ordering: .relaxed), unsafe !op.queueSlot.started,
-                  unsafe !op.queueSlot.retired, unsafe s.ready.remove(op) else { return (.none, nil) }
+            guard unsafe op.queueFields.linked, op.queueSync.readySignalled.load(ordering: .relaxed), unsafe !op.queueFields.started,
+                  unsafe !op.queueFields.retired, unsafe s.ready.remove(op) else { return (.none, nil) }
             unsafe s.push(op, level: s.level(of: op))
             return unsafe (s.takeStartable(counts), DispatchConfig(s))
         }
@@ -119,7 +119,7 @@ extension OperationQueue {
     /// at the next scheduling pass (see `State.unannounced`).
     func watchReadiness(_ op: Operation) {
         unsafe state.locked { s in
-            guard unsafe op.queueSlot.linked, !op.queueSync.readySignalled.load(ordering: .relaxed),
+            guard unsafe op.queueFields.linked, !op.queueSync.readySignalled.load(ordering: .relaxed),
                   unsafe !s.unannounced.contains(where: { $0 === op }) else { return }
             unsafe s.unannounced.append(op)
             unsafe s.refreshMode()

@@ -5,7 +5,7 @@ import Synchronization
 //
 // An operation is claimed by one queue with one CAS on `QueueSync.word`, which is also
 // how adding it twice, or to two queues, is detected. From then on:
-// - `QueueSlot` (a plain struct) is written only under that queue's lock;
+// - `QueueFields` (a plain struct) is written only under that queue's lock;
 // - `QueueSync` (atomics) is read from any thread;
 // - `Operation.queueReference`, the strong reference behind the word, is set by the
 //   thread that claimed the operation (or by the queue, under its lock, when it
@@ -57,7 +57,7 @@ struct QueueSync: ~Copyable {
 
 /// The fields an operation's queue writes under its lock.
 @unsafe
-struct QueueSlot {
+struct QueueFields {
     // safety: the list links are unretained; the queue's list holds the one retained
     // reference to each operation it links (QueueRegistry.swift).
     /// Neighbours in the queue's list of operations (which holds the retained
@@ -108,7 +108,7 @@ extension Operation {
     /// it, or its runner is done with it (acquiring: pairs with the runner's RMW, so
     /// its accesses happen before the release).
     var runnerIsDone: Bool {
-        unsafe !queueSlot.started || queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone != 0
+        unsafe !queueFields.started || queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone != 0
     }
 
     /// Runs `body` on the operation's queue, if it still has one, for code that may run
