@@ -61,7 +61,8 @@ open class BlockOperation: Operation, @unchecked Sendable {
         default:
             let pool = ThreadPool.current ?? QoSPools.pool(for: qualityOfService)
             // Every block sees the operation's queue as `OperationQueue.current` and the
-            // operation as the thread's current one, on whichever worker it runs.
+            // operation as the thread's current one, on whichever worker it runs. (Boxed:
+            // unretained references, which this call outlives, only read by the blocks.)
             let context = unsafe UncheckedSendableBox(ThreadState.current.runningContext)
             pool.concurrentPerform(iterations: all.count, grain: 1) { i in
                 unsafe ThreadState.current.withRunningContext(context.value) { all[i]() }

@@ -38,6 +38,8 @@ open class InvocationOperation: Operation, @unchecked Sendable {
 
     /// Calls `function(argument)` when the operation runs.
     public init<Argument, Output>(_ function: @escaping @Sendable (Argument) throws -> Output, argument: Argument) {
+        // Boxed: Foundation's invocation operation takes any argument; only the thread
+        // that runs the operation uses it, once.
         let arg = UncheckedSendableBox(argument)
         invoke = { try function(arg.value) }
         returnsVoid = Output.self == Void.self
@@ -49,6 +51,7 @@ open class InvocationOperation: Operation, @unchecked Sendable {
     public init<Target: AnyObject, Argument, Output>(
         target: Target, method: @escaping (Target) -> (Argument) throws -> Output, object argument: Argument
     ) {
+        // Boxed, as above: used only by the thread that runs the operation.
         let box = UncheckedSendableBox((target, method, argument))
         invoke = { try box.value.1(box.value.0)(box.value.2) }
         returnsVoid = Output.self == Void.self
@@ -58,6 +61,7 @@ open class InvocationOperation: Operation, @unchecked Sendable {
     open override func main() {
         let r: Result<Any, Error>
         do { r = .success(try invoke()) } catch { r = .failure(error) }
+        // Boxed: written here and read by `result`, both under `outcome`'s lock.
         let boxed = UncheckedSendableBox(r)
         outcome.locked { $0 = boxed }
     }

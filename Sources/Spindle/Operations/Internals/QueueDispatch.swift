@@ -45,11 +45,10 @@ extension OperationQueue {
 
     func dispatch(_ op: Operation, _ config: DispatchConfig) {
         if let underlying = config.underlying {
-            let run = UncheckedSendableBox((self, op))
-            underlying.async {
-                run.value.0.run(run.value.1)
-                // safety: the box holds the operation for as long as this closure runs.
-                unsafe ChainRunner.runnerDone(Unmanaged.passUnretained(run.value.1))
+            underlying.async { [self] in
+                run(op)
+                // safety: the closure holds the operation for as long as it runs.
+                unsafe ChainRunner.runnerDone(Unmanaged.passUnretained(op))
             }
         } else {
             let qos = op.effectiveQoS(queueDefault: config.qualityOfService)
@@ -103,9 +102,4 @@ extension OperationQueue.State {
         if unsafe isDirect { counts.bitwiseAnd(~OperationQueue.scheduledBit, ordering: .sequentiallyConsistent) }
         return all
     }
-}
-
-struct UncheckedSendableBox<T>: @unchecked Sendable {
-    let value: T
-    init(_ v: T) { value = v }
 }
