@@ -1,4 +1,5 @@
 import CSpindle
+import Dispatch
 import Synchronization
 
 // The runner: how an operation goes from the engine to `start()`, and on to the next.
@@ -175,6 +176,35 @@ enum ChainRunner {
 }
 
 extension OperationQueue {
+    /// Where started operations go, read under the lock together with them.
+    struct DispatchConfig {
+        let underlying: DispatchQueue?
+        let qualityOfService: QualityOfService
+        /// Borrowed: a copy of the whole state would retain and release every
+        /// reference in it.
+        init(_ s: borrowing State) {
+            underlying = unsafe s.underlyingQueue
+            qualityOfService = unsafe s.qualityOfService
+        }
+    }
+
+    func dispatch(_ ops: Startable, _ config: DispatchConfig) {
+        ops.forEach { dispatch($0, config) }
+    }
+
+    func dispatch(_ op: Operation, _ config: DispatchConfig) {
+        if let underlying = config.underlying {
+            underlying.async { [self] in
+                run(op)
+                // safety: the closure holds the operation for as long as it runs.
+                unsafe ChainRunner.runnerDone(Unmanaged.passUnretained(op))
+            }
+        } else {
+            let qos = op.effectiveQoS(queueDefault: config.qualityOfService)
+            unsafe ChainRunner.submit(op, pool: QoSPools.engine(for: qos), rank: ClassRank.of(qos))
+        }
+    }
+
     /// Runs one operation on the current thread, as the queue's runner.
     func run(_ op: Operation) {
         let ts = unsafe ThreadState.unmanagedCurrent

@@ -4,8 +4,8 @@ import Synchronization
 //
 // `counts` holds the operations added and not finished in its high 32 bits, the
 // operations the queue started that have not finished in the low 31, and
-// `scheduledBit` (QueueDispatch.swift, D1-D3) between them: one word, so that adding an operation
-// and finishing one are one atomic RMW each. Both sides write it, so it is the queue's
+// `scheduledBit` (QueueMode.swift, D1-D3) between them: one word, so that adding an
+// operation and finishing one are one atomic RMW each. Both sides write it, so it is the queue's
 // one contended cache line at the default width; two counters would cost a second RMW
 // per side.
 //

@@ -51,8 +51,8 @@ extension OperationQueue {
         var countObservers: [(id: Int, handler: @Sendable (Int) -> Void)] = []
         var nextObserverID = 0
         var progress: Progress?
-        /// Whether the queue is in direct mode (QueueDispatch.swift, D1-D3): read on every add,
-        /// recomputed by `refreshMode()` wherever one of its inputs changes.
+        /// Whether the queue is in direct mode (QueueMode.swift, D1-D3): read on every
+        /// add, recomputed by `refreshMode()` wherever one of its inputs changes.
         var direct = true
     }
 }

@@ -1,8 +1,8 @@
 import Dispatch
 import Synchronization
 
-// How a queue starts its operations: which may start (`startWhatCan`), where they go
-// (`dispatch`), and direct mode, the way of a queue at the default width.
+// A queue's mode: direct mode, the way of a queue at the default width, and what a
+// change of mode starts (`startWhatCan`: a width, a suspension or a batch changed).
 //
 // A queue at the default width, not suspended, with no `addOperations` batch open and
 // no operation whose custom readiness must be asked again, is in direct mode:
@@ -18,43 +18,14 @@ import Synchronization
 //     includes its decrement, or the CAS fails on the bit and the finisher takes the
 //     lock. No ready operation is stranded.
 //
-// Started operations go to the pool of their quality of service through the chain
-// runner (ChainRunner.swift), or to the queue's `underlyingQueue` when it has one.
+// Started operations go to the pool of their quality of service, or to the queue's
+// `underlyingQueue` when it has one (ChainRunner.swift, `dispatch`).
 
 extension OperationQueue {
     /// Set in `counts` while the queue is not in direct mode (a width limit, or
     /// suspended): a finishing operation must then take the lock to start the next
     /// (D3).
     static let scheduledBit: UInt64 = 1 << 31
-
-    /// Where started operations go, read under the lock together with them.
-    struct DispatchConfig {
-        let underlying: DispatchQueue?
-        let qualityOfService: QualityOfService
-        /// Borrowed: a copy of the whole state would retain and release every
-        /// reference in it.
-        init(_ s: borrowing State) {
-            underlying = unsafe s.underlyingQueue
-            qualityOfService = unsafe s.qualityOfService
-        }
-    }
-
-    func dispatch(_ ops: Startable, _ config: DispatchConfig) {
-        ops.forEach { dispatch($0, config) }
-    }
-
-    func dispatch(_ op: Operation, _ config: DispatchConfig) {
-        if let underlying = config.underlying {
-            underlying.async { [self] in
-                run(op)
-                // safety: the closure holds the operation for as long as it runs.
-                unsafe ChainRunner.runnerDone(Unmanaged.passUnretained(op))
-            }
-        } else {
-            let qos = op.effectiveQoS(queueDefault: config.qualityOfService)
-            unsafe ChainRunner.submit(op, pool: QoSPools.engine(for: qos), rank: ClassRank.of(qos))
-        }
-    }
 
     /// Takes what may start now and starts it (after a width or suspension change).
     func startWhatCan(_ change: (inout State) -> Void) {
