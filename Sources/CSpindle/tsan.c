@@ -9,9 +9,12 @@
  * into the awaiting task's frame but not the runtime's ordering of that write before
  * the task resumes (Pool/ThreadPool+Async.swift brackets the resume with the
  * ignore calls). The TSan runtime's entry points are declared weak: without TSan they
- * resolve to NULL and each call is one test.
+ * resolve to NULL. `spindle_tsan_active` records, before main, whether they resolved,
+ * so the lock annotations, inline in spindle_sync.h, cost one load and one branch.
  */
 #include "spindle_sync.h"
+
+#include <stddef.h>
 
 /* Weak: resolved to the TSan runtime's functions when it is linked in, NULL otherwise. */
 extern void __tsan_acquire(void *addr) __attribute__((weak));
@@ -19,11 +22,19 @@ extern void __tsan_release(void *addr) __attribute__((weak));
 extern void __tsan_ignore_thread_begin(void) __attribute__((weak));
 extern void __tsan_ignore_thread_end(void) __attribute__((weak));
 
-void spindle_tsan_acquire(void *addr) {
+bool spindle_tsan_active = false;
+
+/* Before main, and so before any thread but the first exists: the flag is written
+ * once, and every later read happens after the threads' creation, which orders it. */
+__attribute__((constructor)) static void spindle_tsan_detect(void) {
+    spindle_tsan_active = __tsan_acquire != NULL && __tsan_release != NULL;
+}
+
+void spindle_tsan_acquire_slow(void *addr) {
     if (__tsan_acquire) __tsan_acquire(addr);
 }
 
-void spindle_tsan_release(void *addr) {
+void spindle_tsan_release_slow(void *addr) {
     if (__tsan_release) __tsan_release(addr);
 }
 

@@ -79,12 +79,22 @@ static inline __attribute__((always_inline)) void spindle_barrier_light(void) {
 }
 void spindle_barrier_heavy(void);
 
+/** Whether the process runs under ThreadSanitizer: set once, before main (tsan.c), and
+ *  only read after. */
+extern bool spindle_tsan_active;
+void spindle_tsan_acquire_slow(void *addr);
+void spindle_tsan_release_slow(void *addr);
+
 /** ThreadSanitizer annotations for locks TSan cannot see (Swift's Synchronization.Mutex
  *  is implemented in a library built without TSan): `acquire` after taking such a lock,
- *  `release` before dropping it, with the same address. No-ops unless the process runs
- *  under TSan. */
-void spindle_tsan_acquire(void *addr);
-void spindle_tsan_release(void *addr);
+ *  `release` before dropping it, with the same address. Inline, so that without TSan
+ *  each costs one load and one branch where every lock is taken. */
+static inline void spindle_tsan_acquire(void *addr) {
+    if (__builtin_expect(spindle_tsan_active, 0)) spindle_tsan_acquire_slow(addr);
+}
+static inline void spindle_tsan_release(void *addr) {
+    if (__builtin_expect(spindle_tsan_active, 0)) spindle_tsan_release_slow(addr);
+}
 
 /** Brackets code whose memory accesses TSan must not record on the calling thread, for
  *  an access whose synchronisation happens where TSan cannot see it: an unsafe
