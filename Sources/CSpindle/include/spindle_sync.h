@@ -82,6 +82,7 @@ void spindle_barrier_heavy(void);
 /** Whether the process runs under ThreadSanitizer: set once, before main (tsan.c), and
  *  only read after. */
 extern bool spindle_tsan_active;
+static inline bool spindle_tsan_is_active(void) { return spindle_tsan_active; }
 void spindle_tsan_acquire_slow(void *addr);
 void spindle_tsan_release_slow(void *addr);
 

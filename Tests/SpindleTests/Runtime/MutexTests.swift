@@ -24,6 +24,12 @@ final class MutexTests: XCTestCase {
     /// Without TSan this checks mutual exclusion; under `--sanitize=thread` it fails
     /// (TSan reports a race on the counter) if `locked` stops announcing the critical
     /// section, as it does with a plain `withLock` (checked by making that change).
+    /// The annotations are on exactly when the process runs under ThreadSanitizer:
+    /// `spindle_tsan_active`, set before main, decides whether each one calls TSan.
+    func testTheLockAnnotationsAreOnExactlyUnderTSan() {
+        XCTAssertEqual(spindle_tsan_is_active(), Stress.isTSan)
+    }
+
     func testAContendedSynchronizationMutexTakenThroughLockedIsVisibleToTSan() {
         let counter = Mutex(0)
         checkMutualExclusion(threads: 3, rounds: Stress.count(2_000), longEvery: 16,
