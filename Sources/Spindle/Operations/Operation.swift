@@ -153,7 +153,7 @@ open class Operation: @unchecked Sendable {
         guard hadDependencies.load(ordering: .acquiring) else { return }
         let deps = guarded.locked { g in
             let d = g.dependencies
-            g.dependencies = []
+            g.dependencies = DependencyList()
             return d
         }
         guard !deps.isEmpty else { return }
@@ -401,9 +401,16 @@ open class Operation: @unchecked Sendable {
     /// which a subclass's override of ``addDependency(_:)`` does not see, as with
     /// Foundation.
     final func addDependencyEdge(_ op: Operation) {
+        // Count the edge first, then register with `op`. The other order races: `op`
+        // could finish between the two steps and decrement before we increment, and
+        // nobody would then notice that we became ready. A plain operation, which
+        // overrides none of the notification methods, counts it with the append, under
+        // one lock, and gets the notification's effect directly (as `start()` does).
+        let plain = isPlainClass
         let added = guarded.locked { g -> Bool in
             if g.dependencies.contains(where: { $0 === op }) { return false }
             g.dependencies.append(op)
+            if plain { g.unfinished += 1 }
             return true
         }
         guard added else { return }
@@ -411,12 +418,13 @@ open class Operation: @unchecked Sendable {
         // P2): this flag, then (`knownRank`) the floor; the walk raises the floor, then
         // reads this flag. Either the walk reads the list, or the edge sees the floor.
         hadDependencies.store(true, ordering: .sequentiallyConsistent)
-        // Count the edge first, then register with `op`. The other order races: `op`
-        // could finish between the two steps and decrement before we increment, and
-        // nobody would then notice that we became ready.
-        willChangeValue(forKey: "isReady")
-        guarded.locked { $0.unfinished += 1 }
-        didChangeValue(forKey: "isReady")
+        if plain {
+            evaluateReadiness()
+        } else {
+            willChangeValue(forKey: "isReady")
+            guarded.locked { $0.unfinished += 1 }
+            didChangeValue(forKey: "isReady")
+        }
         op.needsFinishLock.store(true, ordering: .sequentiallyConsistent)
         let registered = op.guarded.locked { g -> Bool in
             if op.finishHandled.load(ordering: .acquiring) { return false }
@@ -436,9 +444,7 @@ open class Operation: @unchecked Sendable {
     /// operation, the queue starts it.
     open func removeDependency(_ op: Operation) {
         let removed = guarded.locked { g -> Bool in
-            guard let i = g.dependencies.firstIndex(where: { $0 === op }) else { return false }
-            g.dependencies.remove(at: i)
-            return true
+            g.dependencies.remove(op)
         }
         guard removed else { return }
         let wasPending = op.guarded.locked { g -> Bool in

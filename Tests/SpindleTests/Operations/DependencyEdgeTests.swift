@@ -7,6 +7,30 @@ import XCTest
 /// Dependents are referenced without retaining them (Operations/Internals/Dependents.swift):
 /// these tests go after the ways that could touch freed memory or go quadratic.
 final class DependencyEdgeTests: XCTestCase {
+    /// `dependencies` lists them in the order added, whichever are removed, as
+    /// Foundation's does; the first is kept apart from the others internally.
+    func testDependenciesKeepTheirOrderAsTheyAreAddedAndRemoved() {
+        let op = BlockOperation {}
+        let (a, b, c) = (BlockOperation {}, BlockOperation {}, BlockOperation {})
+        for d in [a, b, c] { op.addDependency(d) }
+        op.addDependency(b) // a second add of the same dependency adds nothing
+        XCTAssertEqual(op.dependencies, [a, b, c])
+        op.removeDependency(a)
+        XCTAssertEqual(op.dependencies, [b, c])
+        op.removeDependency(c)
+        XCTAssertEqual(op.dependencies, [b])
+        op.addDependency(a)
+        XCTAssertEqual(op.dependencies, [b, a])
+        op.removeDependency(b)
+        op.removeDependency(a)
+        XCTAssertEqual(op.dependencies, [])
+        XCTAssertTrue(op.isReady, "every edge removed: ready")
+        op.addDependency(c)
+        XCTAssertFalse(op.isReady)
+        c.start()
+        XCTAssertTrue(op.isReady)
+    }
+
     func testDependentsDroppedBeforeTheirDependencyFinishes() {
         let a = BlockOperation {}
         for _ in 0..<1000 {

@@ -27,7 +27,7 @@ extension Operation {
     struct Guarded {
         // safety: the unretained dependents stay valid while listed: a dependent takes
         // itself off this list, under this lock, in its deinit (Dependents.swift).
-        var dependencies: [Operation] = []
+        var dependencies = DependencyList()
         /// Dependencies that have not finished yet. Readiness is `== 0`.
         var unfinished = 0
         /// Operations that depend on this one, unretained (as Foundation keeps them): a
@@ -78,4 +78,45 @@ extension Operation {
         default: return "\(keyPath)"
         }
     }
+}
+
+/// An operation's dependencies, in the order they were added: the first inline, the
+/// rest in an array. An operation with one dependency, each link of a chain, then
+/// allocates nothing for it, where an array would cost a malloc and a free per
+/// operation.
+struct DependencyList: Sequence {
+    /// The first dependency; nil only when there is none (`rest` is then empty too).
+    private(set) var head: Operation?
+    private var rest: [Operation] = []
+
+    init() {}
+
+    var isEmpty: Bool { head == nil }
+    var count: Int { head == nil ? 0 : 1 + rest.count }
+
+    mutating func append(_ op: Operation) {
+        if head == nil { head = op } else { rest.append(op) }
+    }
+
+    /// Removes `op` (by identity), keeping the others' order; whether it was there.
+    mutating func remove(_ op: Operation) -> Bool {
+        if head === op {
+            head = rest.isEmpty ? nil : rest.removeFirst()
+            return true
+        }
+        guard let i = rest.firstIndex(where: { $0 === op }) else { return false }
+        rest.remove(at: i)
+        return true
+    }
+
+    struct Iterator: IteratorProtocol {
+        fileprivate var head: Operation?
+        fileprivate var rest: IndexingIterator<[Operation]>
+        mutating func next() -> Operation? {
+            if let h = head { head = nil; return h }
+            return rest.next()
+        }
+    }
+
+    func makeIterator() -> Iterator { Iterator(head: head, rest: rest.makeIterator()) }
 }

@@ -176,7 +176,7 @@ extension Operation {
         // The floor after the add's claim, seq_cst: the other half of `promote`'s pair.
         let rank = max(known, promotedRank.load(ordering: .sequentiallyConsistent))
         // The common case, one dependency, without copying the array.
-        let only = guarded.locked { g -> Operation? in g.dependencies.count == 1 ? g.dependencies[0] : nil }
+        let only = guarded.locked { g -> Operation? in g.dependencies.count == 1 ? g.dependencies.head : nil }
         guard rank > 0 else { return }
         if let d = only {
             if d.promotedRank.load(ordering: .relaxed) < rank && !d.finishHandled.load(ordering: .acquiring)

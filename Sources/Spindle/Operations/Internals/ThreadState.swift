@@ -58,7 +58,7 @@ final class ThreadState {
     /// True while this thread is inside `releaseIteratively`.
     var draining = false
     /// Dependency arrays waiting to be released by the active drain loop.
-    var pendingReleases: [[Operation]] = []
+    var pendingReleases: [DependencyList] = []
 
     private static let key: pthread_key_t = {
         var k = pthread_key_t()
@@ -93,17 +93,17 @@ final class ThreadState {
     /// An operation retains its dependencies (as Foundation's does), so dropping the
     /// last reference to the tail of an N-long chain would run N nested deinits and
     /// overflow the stack for large N (Foundation's Linux queue crashes at ~50 000).
-    /// Instead, each deinit hands its dependency array here: the outermost call drains
+    /// Instead, each deinit hands its dependencies here: the outermost call drains
     /// a work list, and deinits triggered while draining only append to it. Stack depth
     /// stays constant; the work is the same.
-    static func releaseIteratively(_ deps: consuming [Operation]) {
+    static func releaseIteratively(_ deps: consuming DependencyList) {
         let state = current
         if state.draining {
             state.pendingReleases.append(deps)
             return
         }
         state.draining = true
-        var batch: [Operation]? = consume deps // moved: no copy outlives the loop
+        var batch: DependencyList? = consume deps // moved: no copy outlives the loop
         while batch != nil {
             batch = nil // releasing here may append more to pendingReleases
             batch = state.pendingReleases.popLast()
