@@ -82,7 +82,7 @@ func taskPayloadOffset<P>(_: P.Type) -> Int {
 /// the pattern malloc serves worst: the submitter's per-thread cache never gets a block
 /// back. The engine's cache returns each node to the heap of the thread that allocated
 /// it, in batches, so a steady stream of submissions costs no malloc at all. Every node
-/// type here fits the cached size (`TaskNodeCacheTests` checks it).
+/// type (`ClosureTask`, `JobTask`) fits the cached size (`TaskNodeCacheTests` checks it).
 @inline(__always)
 func spindleMalloc(_ byteCount: Int) -> UnsafeMutableRawPointer {
     guard let p = unsafe spindle_task_alloc(byteCount) else {

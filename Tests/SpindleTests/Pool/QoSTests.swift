@@ -199,7 +199,7 @@ final class QoSTests: XCTestCase {
         let stop = Atomic<Bool>(false)
         let bgRuns = Atomic<Int>(0)
         let lanes = Atomic<Int>(0)
-        let uiWorkersBusy = Atomic<Int>(0) // a bit per userInteractive worker that has started a chunk
+        let uiWorkersBusy = Mutex<Set<Int>>([]) // the userInteractive workers that have started a chunk
         @Sendable func spin(_ ns: UInt64) {
             let end = DispatchTime.now().uptimeNanoseconds + ns
             while DispatchTime.now().uptimeNanoseconds < end {}
@@ -210,7 +210,7 @@ final class QoSTests: XCTestCase {
             if stop.load(ordering: .acquiring) { lanes.subtract(1, ordering: .relaxed) } else { try? bg.submit(bgChunk) }
         }
         @Sendable func uiChunk() {
-            if let i = ui.currentWorkerIndex { uiWorkersBusy.bitwiseOr(1 << i, ordering: .relaxed) }
+            if let i = ui.currentWorkerIndex { _ = uiWorkersBusy.locked { $0.insert(i) } }
             spin(1_000_000)
             if stop.load(ordering: .acquiring) { lanes.subtract(1, ordering: .relaxed) } else { try? ui.submit(uiChunk) }
         }
@@ -224,7 +224,7 @@ final class QoSTests: XCTestCase {
             XCTAssertEqual(lanes.load(ordering: .relaxed), 0, "the load did not stop")
         }
         // The interactive load holds every CPU once each of its workers runs a chunk.
-        XCTAssertTrue(eventually { uiWorkersBusy.load(ordering: .relaxed) == (1 << ui.workerCount) - 1 },
+        XCTAssertTrue(eventually { uiWorkersBusy.locked { $0.count } == ui.workerCount },
                       "the interactive workers did not all start")
         let before = bgRuns.load(ordering: .relaxed)
         let start = DispatchTime.now().uptimeNanoseconds
