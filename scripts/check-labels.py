@@ -4,7 +4,8 @@ and cited only when defined. Exit status 1 and a list when a check fails.
 
 A label is one to three capital letters and a number. It is *defined* where a comment
 line of a file's header essay (the first comment block after its includes or
-imports) or of a doc comment begins with it and goes on to say what it is
+imports, and in a Swift file each comment block that opens a `// MARK: -` section)
+or of a doc comment begins with it and goes on to say what it is
 (`// AD1. A slot is taken ...`, ` *   T1  Every usable CPU ...`, `/// OF1. ...`). A
 header may also define labels in prose (`... is never lost (K1).`): such a mention
 counts as the definition when no file defines the label in the first way, and is a
@@ -50,10 +51,16 @@ def header(lines, suffix):
         while j < len(lines) and "*/" not in lines[j]:
             j += 1
         return range(i, j + 1)
-    j = i
-    while j < len(lines) and lines[j].lstrip().startswith("//") and not lines[j].lstrip().startswith("///"):
-        j += 1
-    return range(i, j)
+    def block(i):
+        j = i
+        while j < len(lines) and lines[j].lstrip().startswith("//") and not lines[j].lstrip().startswith("///"):
+            j += 1
+        return range(i, j)
+    essay = list(block(i))
+    for k in range(i + len(essay), len(lines)):
+        if lines[k].startswith("// MARK: -"):
+            essay += block(k)
+    return essay
 
 
 def split(l):

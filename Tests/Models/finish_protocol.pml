@@ -1,7 +1,7 @@
 /*
  * finish_protocol.pml — an operation's finish runs once, and neither a dependent that
  * registers nor a thread that waits while it finishes is left behind
- * (Sources/Spindle/Operations/Internals/FinishProtocol.swift, F1, F2, F3, F6 and the
+ * (Sources/Spindle/Operations/Internals/OperationLifecycle.swift, F1, F2, F3, F6 and the
  * two Dekker pairs at its top; Operation.swift, addDependencyEdge and
  * waitUntilFinished).
  *

@@ -2,7 +2,7 @@
  * promotion_walk.pml — what a higher class waits for rises to it, however the walk
  * races the graph being built (Sources/Spindle/Operations/Internals/Promotion.swift,
  * P1-P3: raiseFloor, raiseFloors, promoteDependencies, promoteOnAdd; Operation.swift,
- * addDependencyEdge and knownRank; Enqueue.swift, enqueue's claim and A5).
+ * addDependencyEdge and knownRank; QueueMembership.swift, enqueue's claim and A5).
  *
  * Three operations, X -> Y -> Z (X depends on Y, Y on Z), classes 0 (unknown) and 5.
  * X is queued and depends on Y from the start. Three threads race:

@@ -1,8 +1,8 @@
 /*
  * queue_lifetime.pml — a queue is never freed while a finisher still touches it, and is
  * freed once nothing refers to it (Sources/Spindle/Operations/Internals/
- * QueueLifetime.swift, LT1-LT3: operationFinished, finishLocked; QueueState.swift,
- * count; Enqueue.swift, the self-reference taken when an add counts an operation in).
+ * QueueMembership.swift, LT1-LT3: operationFinished, finishLocked; QueueState.swift,
+ * count; QueueMembership.swift, the self-reference taken when an add counts an operation in).
  *
  * The program adds three operations and then drops its reference; each operation's
  * finisher runs as soon as it is added. The queue's references are the program's, the

@@ -26,8 +26,8 @@ import Synchronization
 /// ### Where things are
 /// This file holds the type's stored state and every member a subclass can override
 /// (Swift allows overriding only what the class body declares). The machinery lives
-/// in `Operations/Internals`, one protocol per file: the start and its phases
-/// (`OperationLifecycle.swift`), the finish (`FinishProtocol.swift`), readiness and
+/// in `Operations/Internals`, one protocol per file: the start, its phases
+/// and the finish (`OperationLifecycle.swift`), readiness and
 /// dependencies (`Readiness.swift`), the fields its queue owns (`QueueFields.swift`),
 /// waiting (`Waiter.swift`).
 @safe
@@ -84,7 +84,7 @@ open class Operation: @unchecked Sendable {
     let phase = Atomic<UInt8>(Phase.pending.rawValue)
     let cancelledFlag = Atomic<Bool>(false)
     /// Set when the finish protocol begins, and when it has ended (see
-    /// `FinishProtocol.swift`).
+    /// `OperationLifecycle.swift`).
     let finishHandled = Atomic<Bool>(false)
     let finishCompleted = Atomic<Bool>(false)
     /// Set while the owning queue is calling `start()`, so a manual `start()` of a
@@ -316,7 +316,7 @@ open class Operation: @unchecked Sendable {
         set {
             priorityWord.store(newValue.rawValue, ordering: .relaxed)
             // The operation, which code outside the queue holds, holds its queue
-            // (QueueLifetime.swift, LT3).
+            // (QueueMembership.swift, LT3).
             if queueSync.readySignalled.load(ordering: .acquiring), inQueue {
                 withPinnedQueue { $0.operationPriorityChanged(self) }
             }

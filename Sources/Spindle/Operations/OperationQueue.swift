@@ -43,8 +43,8 @@ import Synchronization
 /// ### Where things are
 /// This file holds the queue's stored state and every member a subclass can override.
 /// The machinery lives in `Operations/Internals`, one protocol per file: adding an
-/// operation (`Enqueue.swift`), the list of operations (`QueueRegistry.swift`), the
-/// counts and the queue's lifetime (`QueueLifetime.swift`), direct mode and what a
+/// operation, the counts and the queue's lifetime (`QueueMembership.swift`), the list of
+/// operations (`QueueRegistry.swift`), direct mode and what a
 /// change of mode starts (`QueueMode.swift`), readiness (`Readiness.swift`), the ready
 /// lists (`ReadyRings.swift`) and the runner that takes a started operation to its
 /// pool, from the engine to `start()`, and on to the next (`ChainRunner.swift`). `docs/architecture.md` follows
@@ -53,7 +53,7 @@ import Synchronization
 open class OperationQueue: @unchecked Sendable {
     // safety: its list of operations holds one retained reference to each
     // (QueueState.swift) and it holds itself while it has work (LT1-LT3,
-    // QueueLifetime.swift).
+    // QueueMembership.swift).
     // @unchecked: mutable state is in `state` (under its lock) or in atomics.
 
     /// The default for ``maxConcurrentOperationCount``: as many as the pool's width.
@@ -68,7 +68,7 @@ open class OperationQueue: @unchecked Sendable {
     /// Operations added and not finished, operations started and not finished, and the
     /// `scheduledBit`, in one word: adding an operation and finishing one are one atomic
     /// RMW each. The protocol that lets a finisher touch the queue only while it may is
-    /// in QueueLifetime.swift (LT1-LT3); the bit's, in QueueMode.swift.
+    /// in QueueMembership.swift (LT1-LT3); the bit's, in QueueMode.swift.
     let counts = Atomic<UInt64>(0)
     /// Keeps the flags below off the line of `counts`. A finisher reads them before
     /// its CAS; on that line (which the adding thread keeps writing) the reads would

@@ -97,7 +97,7 @@ extension Unmanaged {
     /// safety: the caller guarantees the object stays alive for the whole call by some
     /// other reference or protocol (the queue holding itself, the list's reference, a
     /// lock its deinit takes). Used where a retain would be wrong, not only slow: on an
-    /// object that may be in its deinit on another thread (FinishProtocol.swift, F2), a
+    /// object that may be in its deinit on another thread (OperationLifecycle.swift, F2), a
     /// retain and release would run that deinit twice. `body` must not capture
     /// the object in an escaping closure.
     @inline(__always)

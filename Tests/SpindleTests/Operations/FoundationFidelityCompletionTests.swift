@@ -208,7 +208,7 @@ final class FoundationFidelityCompletionTests: XCTestCase {
 
     /// On a queue with room, Foundation starts the dependents that an operation's
     /// finish makes ready before it queues the completion block, and so does Spindle
-    /// (FinishProtocol.swift, F7). With a second worker free, the kernel may still start
+    /// (OperationLifecycle.swift, F7). With a second worker free, the kernel may still start
     /// the block first (it places the worker it wakes for the block where it likes), so
     /// the order is checked with one worker free, where the queueing order decides.
     func testADependentThatCanStartAtOnceStartsBeforeTheCompletionBlock() {

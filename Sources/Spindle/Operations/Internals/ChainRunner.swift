@@ -85,7 +85,7 @@ enum ChainRunner {
             // The original node's reference, which a move took (P5); ours to drop now.
             if claim.releaseNodeReference { unsafe op.release() }
             // Its completion block, when its finish left it here to start before the
-            // operation in the slot (FinishProtocol.swift, F7): that operation goes to
+            // operation in the slot (OperationLifecycle.swift, F7): that operation goes to
             // the pool first, so that it may run beside the block — a completion block
             // may wait for the operation its finish started, and that operation for
             // anything.
@@ -117,7 +117,7 @@ enum ChainRunner {
     }
 
     /// Submits the completion block that a finish on this worker ordered after the
-    /// operation in the continuation slot (FinishProtocol.swift, F7), if there is one:
+    /// operation in the continuation slot (OperationLifecycle.swift, F7), if there is one:
     /// called as that operation starts, so that the two may run side by side.
     static func submitCompletionOnNextStart(_ ts: Unmanaged<ThreadState>) {
         if let completion = unsafe ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in

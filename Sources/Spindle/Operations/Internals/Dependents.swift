@@ -16,7 +16,7 @@
 @unsafe
 enum Dependents {
     // safety: holds unretained operations; every reader keeps the referent alive by the
-    // dependency graph's references (FinishProtocol.swift).
+    // dependency graph's references (OperationLifecycle.swift).
     case none
     case one(Unmanaged<Operation>)
     /// Keyed by the object's address, which needs no reference (and no retain) to

@@ -1,6 +1,8 @@
+import CSpindle
 import Synchronization
 
-// An operation's phases, and how `start()` moves it through them.
+// An operation's phases, how `start()` moves it through them, and the finish protocol
+// that ends them.
 //
 // pending → executing → finished, in `phase`, changed by `start()` with a CAS so that
 // starting and finishing a plain operation takes no lock. `claimStart` is the only
@@ -8,7 +10,7 @@ import Synchronization
 // start of a queued, unready or executing operation) and leaves a finished operation
 // alone. The way to finished is either the end of Spindle's own `start()` or, for an
 // asynchronous subclass, its `didChangeValue(forKey: "isFinished")`; either way it
-// leads to the finish protocol (FinishProtocol.swift), which runs once.
+// leads to the finish protocol (below), which runs once.
 //
 // A plain `Operation` or `BlockOperation` (the exact class) overrides none of the
 // notification methods, so `start()` gives it their effect directly instead of eight
@@ -74,5 +76,213 @@ extension Operation {
     var isPlainClass: Bool {
         let t = ObjectIdentifier(type(of: self))
         return t == ObjectIdentifier(BlockOperation.self) || t == ObjectIdentifier(Operation.self)
+    }
+}
+
+// MARK: - The finish protocol
+//
+// What happens, once, when an operation has finished by whatever path (the end of
+// `start()`, an asynchronous subclass announcing `isFinished`, a cancelled operation
+// retired by its queue).
+//
+// F1. `finishHandled` is claimed with a CAS: the protocol runs once.
+// F2. Under the operation's lock, only if `needsFinishLock` is set: every dependent's
+//     count is decremented (self-dependency included), the dependents that became
+//     ready are collected, the completion block is taken.
+// F3. The dependents that became ready are told (Readiness.swift); observers hear
+//     `.finished`.
+// F4. Its queue counts it finished (QueueMembership.swift), which may start the next
+//     operation — on this thread, through the chain runner (ChainRunner.swift), when
+//     this thread's runner is running this operation.
+// F5. An operation the program added drops its queue (QueueFields.swift).
+// F6. `finishCompleted` is set, and then the waiters are released: a returning
+//     `waitUntilFinished` implies F2-F5 have happened.
+// F7. The completion block runs as a task of its own, on a worker of the operation's
+//     class, outside any queue. Its place among what the finish starts is
+//     Foundation's: after the dependents that can start at once (F3), before what the
+//     queue starts once it counts the operation finished (F4), so the next operation
+//     of a serial queue starts after it. Nothing waits for it to end.
+//
+// Two flags let an operation that nobody waits on or depends on skip the lock, each
+// a Dekker pair with sequentially consistent accesses on both sides:
+// - `needsFinishLock` is set before anything is stored that F2 must hand on (a
+//   dependent, a completion block, an observer), and read after F1. A dependent
+//   registering concurrently either sees `finishHandled` under the lock and does not
+//   register, or its flag is seen and the finisher drains it under the lock.
+// - `hasWaiters` is set by a waiter before it registers, and read after F6's store. A
+//   waiter either sees `finishCompleted` and does not wait, or is seen and released
+//   under the lock (Waiter.swift).
+//
+// Model: Tests/Models/finish_protocol.pml checks F1, both pairs, F2-F3 and F6 over every
+// interleaving of two finish paths, a dependent registering and a waiter.
+
+/// What F2 hands on from under the operation's lock, in a struct: a closure returned
+/// through the lock's generic result in a tuple would be re-abstracted (two
+/// allocations).
+struct FinishHandOff {
+    var ready: [Operation] = []
+    var completion: (@Sendable () -> Void)? = nil
+}
+
+extension Operation {
+    /// Runs once, when the operation has finished by whatever path: releases
+    /// dependents, tells the queue, drops the queue if it holds it, wakes waiters, and
+    /// then hands the completion block to a worker. The steps are the functions below,
+    /// in this order.
+    func finishProtocol() {
+        // F1.
+        guard finishHandled.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged else { return }
+        // A custom asynchronous operation reports `isFinished` through its override;
+        // make the base state agree.
+        phase.store(Phase.finished.rawValue, ordering: .releasing)
+        // F2, only when something was registered that it must hand on.
+        let handOff = needsFinishLock.load(ordering: .sequentiallyConsistent) ? takeHandOff() : FinishHandOff()
+        let queue = unsafe ownerQueue
+        let ts = unsafe ThreadState.unmanagedCurrent
+        let chained = unsafe joinChain(ts)
+        // F3.
+        for d in handOff.ready { d.dependenciesSatisfied() }
+        notify(.finished)
+        // F7's place, before F4.
+        let completionLast = unsafe placeCompletion(handOff.completion, queue: queue, chained: chained, ts)
+        // F4. The queue is alive: it has not counted this operation finished (and holds
+        // itself until it has). `operationFinished` may free it.
+        unsafe queue?.withGuaranteedReference { $0.operationFinished(self) }
+        if chained { unsafe ts.withGuaranteedReference { unsafe $0.finishing = nil } }
+        // F5. Written before the operation could start, never after.
+        if unsafe queue != nil && queueFields.addedByCaller { dropQueue() }
+        // F6.
+        releaseWaiters()
+        if let (completion, pool) = unsafe completionLast { unsafe runCompletionBlock(completion, on: pool) }
+    }
+
+    /// F2, under the operation's lock: every dependent counted down, those that became
+    /// ready collected, the completion block taken.
+    @inline(__always)
+    private func takeHandOff() -> FinishHandOff {
+        guarded.locked { g -> FinishHandOff in
+            // Count this edge down in every dependent, under our lock (see Dependents).
+            // Only dependents in a queue and unfinished are retained — the queue keeps
+            // them alive, so they cannot be mid-deinit — to be told they are ready
+            // once we unlock.
+            //
+            // A dependent may be in its deinit right now (its last reference went away
+            // on another thread), blocked on our lock to deregister. It must not be
+            // retained even for an instant — a retain and release of an object whose
+            // count reached zero runs its deinit a second time — so it is reached
+            // only as a guaranteed reference and never captured by a closure (a
+            // capture is a retain in unoptimised builds).
+            var ready: [Operation] = []
+            let me = unsafe Dependents.key(self)
+            unsafe g.dependents.forEach { dependent in
+                // An operation that depends on itself (legal, if useless) is counted
+                // down here: its lock is the one we hold. It is finishing, so it
+                // needs no signal.
+                if unsafe Dependents.key(dependent) == me {
+                    g.unfinished -= 1
+                    return
+                }
+                let nowReady = unsafe dependent.withGuaranteedReference(Operation.countDownOneEdge)
+                if nowReady { unsafe ready.append(dependent.takeUnretainedValue()) }
+            }
+            unsafe g.dependents = unsafe .none
+            let c = g.completionBlock
+            g.completionBlock = nil
+            return FinishHandOff(ready: ready, completion: c)
+        }
+    }
+
+    /// Whether the operations this finish starts (ready dependents, the next of a
+    /// width-limited queue) may run next on this thread, without a trip through the
+    /// pool: when this is the operation the thread's chain runner is running
+    /// (ChainRunner.runChain). This operation is then the thread's `finishing` until
+    /// F4 is done.
+    @inline(__always)
+    private func joinChain(_ ts: Unmanaged<ThreadState>) -> Bool {
+        unsafe ts.withGuaranteedReference { ts -> Bool in
+            guard unsafe ts.chainOpen, unsafe ts.finishing == nil,
+                  unsafe ts.currentOperation?.isIdentical(to: self) == true else { return false }
+            // safety: unretained while this thread finishes `self`, which its runner holds.
+            unsafe ts.finishing = unsafe Unmanaged.passUnretained(self)
+            return true
+        }
+    }
+
+    /// F7's place: after the dependents that could start at once (F3), before what the
+    /// queue starts once it counts this operation finished (F4), so that the next
+    /// operation of a serial queue starts after the completion block, as Foundation
+    /// orders them. On this thread's chain runner the runner orders the two
+    /// (ChainRunner.runChain): a dependent already in the continuation slot first, else
+    /// the block first. Otherwise the block is queued now when it goes to an injector
+    /// (first in, first out), and after the queue has started its next operation when
+    /// it goes on this worker's own deque, whose owner takes the newest first: that
+    /// block, with its pool, is returned, to be queued last.
+    @inline(__always)
+    private func placeCompletion(_ completion: (@Sendable () -> Void)?, queue: Unmanaged<OperationQueue>?,
+                                 chained: Bool, _ ts: Unmanaged<ThreadState>)
+        -> (@Sendable () -> Void, OpaquePointer)? {
+        guard let completion else { return nil }
+        // Where the completion block will run, read while the queue is certainly alive.
+        let pool = unsafe QoSPools.engine(
+            for: effectiveQoS(queueDefault: queue?.withGuaranteedReference { $0.qualityOfService } ?? .default))
+        let onThisWorker = unsafe spindle_current_pool() == pool
+        if chained && onThisWorker {
+            let holding = holdingSelf(completion)
+            unsafe ts.withGuaranteedReference { ts in
+                if unsafe ts.chainNext == nil { unsafe ts.chainCompletion = holding } else { unsafe ts.completionOnNextStart = holding }
+            }
+            return nil
+        }
+        if onThisWorker { return unsafe (completion, pool) }
+        unsafe runCompletionBlock(completion, on: pool)
+        return nil
+    }
+
+    /// F6: `finishCompleted`, then the waiters released. A waiter sets `hasWaiters` and
+    /// then checks `finishCompleted` under the lock; we set `finishCompleted` and then
+    /// check `hasWaiters` (all seq_cst): either it sees our flag and does not wait, or
+    /// we see its flag and take the lock — after its registration or before it, and in
+    /// the latter case it then sees `finishCompleted` under the lock.
+    @inline(__always)
+    private func releaseWaiters() {
+        finishCompleted.store(true, ordering: .sequentiallyConsistent)
+        guard hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) else { return }
+        let waiters = unsafe guarded.locked { g -> [Waiter] in
+            let w = unsafe g.waiters
+            unsafe g.waiters = unsafe []
+            g.extras?.observers = []
+            return unsafe w
+        }
+        for unsafe w in unsafe waiters { unsafe w.signal() }
+    }
+
+    /// Counts one finished dependency off `d`, under `d`'s lock; true when that was the
+    /// last one and `d` is queued and unfinished — then the queue's list holds it, so it
+    /// is alive and may be retained. A static function of a guaranteed reference, not a
+    /// closure: nothing here may retain `d` (see finishProtocol).
+    static func countDownOneEdge(_ d: Operation) -> Bool {
+        let last = d.guarded.locked { dg -> Bool in
+            dg.unfinished -= 1
+            return dg.unfinished == 0
+        }
+        return last && d.queueSync.word.load(ordering: .acquiring) != 0 && !d.finishHandled.load(ordering: .acquiring)
+    }
+
+    /// Queues the completion block as a task of its own, on a worker of the
+    /// operation's class: not on the thread that finished the operation, and outside
+    /// any queue — inside it ``OperationQueue/current`` is nil — so it may wait for its
+    /// operation, a dependent, or the queue, even a serial queue it adds an operation
+    /// to, without deadlocking the finish it would otherwise be part of. The task holds
+    /// the operation, so a block that captures it `unowned` finds it alive.
+    func runCompletionBlock(_ completion: @escaping @Sendable () -> Void, on pool: OpaquePointer) {
+        unsafe ChainRunner.submitCompletion(holdingSelf(completion), on: pool)
+    }
+
+    /// `completion`, holding the operation until it has run.
+    private func holdingSelf(_ completion: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+        { [self] in
+            completion()
+            withExtendedLifetime(self) {}
+        }
     }
 }

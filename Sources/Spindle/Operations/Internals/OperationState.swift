@@ -6,7 +6,7 @@ import Synchronization
 // dependencies and dependents, its completion block, its waiters. What the hot paths
 // need without a lock is in atomics declared with the class (Operation.swift), each
 // documented where its protocol is: the phase (OperationLifecycle.swift), the finish
-// flags (FinishProtocol.swift), the queue's fields (QueueFields.swift).
+// flags (OperationLifecycle.swift), the queue's fields (QueueFields.swift).
 
 extension Operation {
     /// Fields used by few operations live out of line, to keep a queued operation small.

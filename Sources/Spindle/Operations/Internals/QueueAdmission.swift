@@ -13,13 +13,13 @@ import Synchronization
 //      meanwhile), so it admits waiters as a finish does (QA2).
 // QA2. The count is read under the admission lock, and every change of the count that
 //      frees room is followed by a call that takes that lock (the queue's count
-//      observer, QueueLifetime.swift). A submitter that finds no room registers under
+//      observer, QueueMembership.swift). A submitter that finds no room registers under
 //      the same lock, so a finish that comes in between is seen by one or the other: no
 //      waiter sleeps while there is room. The observer is registered before the first
 //      limit is set. The one exception is a finish already under way then, which may
 //      have read that nobody observes the count: a finish that skips the observer is
 //      never the queue's last (it takes the lock-free way only while other operations
-//      remain, QueueLifetime.swift), so waiters see its room at the next finish at the
+//      remain, QueueMembership.swift), so waiters see its room at the next finish at the
 //      latest.
 // QA3. Waiters are admitted first come first served, and while anyone waits a newcomer
 //      does not take a place ahead of them. A cancelled waiter leaves the line (the

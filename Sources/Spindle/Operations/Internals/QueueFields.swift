@@ -25,7 +25,7 @@ import Synchronization
 /// The atomics an operation's queue reads and writes from any thread.
 struct QueueSync: ~Copyable {
     /// The queue (its address; 0: none). Read without reference counting: valid while
-    /// the operation is unfinished (the queue holds itself: QueueLifetime.swift), then
+    /// the operation is unfinished (the queue holds itself: QueueMembership.swift), then
     /// for as long as `queueReference` is set. One the program added clears it when it
     /// has finished (`dropQueue`).
     let word = Atomic<UInt>(0)

@@ -8,7 +8,7 @@ import Synchronization
 // no operation whose custom readiness must be asked again, is in direct mode:
 // D1. A ready operation is started as it is added, under the lock that registers it,
 //     when no ready operation waits ahead of it (the ready lists are empty).
-// D2. A finishing operation takes no lock: one CAS on `counts` (QueueLifetime.swift,
+// D2. A finishing operation takes no lock: one CAS on `counts` (QueueMembership.swift,
 //     LT1), unless it is the last one unfinished or someone observes the queue.
 // D3. Out of direct mode, `scheduledBit` is set in `counts`, and every finish takes
 //     the lock to start the next ready operations. The bit changes under the lock by an

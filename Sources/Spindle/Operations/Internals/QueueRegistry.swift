@@ -135,7 +135,7 @@ extension OperationQueue {
 
     /// `ops`, from the queue's list, about to be seen by code other than the queue's:
     /// one made by the block form of `addOperation` must now hold its queue like any
-    /// other (QueueLifetime.swift, LT3). Called under the lock, where the list holds them and
+    /// other (QueueMembership.swift, LT3). Called under the lock, where the list holds them and
     /// nobody else writes the field.
     func handOut(_ ops: [Operation]) -> [Operation] {
         // An operation that holds its queue already (`queueFields.held`) is skipped without

@@ -5,7 +5,7 @@ import Synchronization
 //
 // One lock per queue (a futex mutex: Runtime/Locking.swift) guards this struct and the
 // `QueueFields` of every operation in the queue. The counts are outside it, in one atomic
-// word (QueueLifetime.swift), so that the common add and finish need no second RMW.
+// word (QueueMembership.swift), so that the common add and finish need no second RMW.
 
 extension OperationQueue {
     @unsafe

@@ -6,7 +6,7 @@ import Synchronization
 //     edge is counted before it is registered with the dependency, so a dependency
 //     that finishes in between cannot decrement before the increment.
 // R2. A finishing dependency counts its edge down in every dependent, under its own
-//     lock (FinishProtocol.swift, F2); the one that brings a count to zero tells the
+//     lock (OperationLifecycle.swift, F2); the one that brings a count to zero tells the
 //     dependent. No queue ever rescans its waiting operations.
 // R3. An operation tells its queue it is ready exactly once (`queueSync.readySignalled`,
 //     written under the queue's lock). The queue decides, under its lock, whether a

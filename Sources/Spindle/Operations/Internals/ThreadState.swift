@@ -31,7 +31,7 @@ final class ThreadState {
     /// a task is: the runner borrows the queue list's reference (`QueueSync.runState`).
     @exclusivity(unchecked) var chainNext: Unmanaged<Operation>?
     /// The completion block of the operation the chain runner has just run, for the
-    /// runner to start before `chainNext` (FinishProtocol.swift, F7). It holds its
+    /// runner to start before `chainNext` (OperationLifecycle.swift, F7). It holds its
     /// operation.
     @exclusivity(unchecked) var chainCompletion: (@Sendable () -> Void)?
     /// A completion block to submit as `chainNext`, a dependent that took the slot
