@@ -97,9 +97,9 @@ extension Unmanaged {
     /// safety: the caller guarantees the object stays alive for the whole call by some
     /// other reference or protocol (the queue holding itself, the list's reference, a
     /// lock its deinit takes). Used where a retain would be wrong, not only slow: on an
-    /// object that may be in its deinit on another thread (OperationLifecycle.swift, F2), a
-    /// retain and release would run that deinit twice. `body` must not capture
-    /// the object in an escaping closure.
+    /// object that may be in its deinit on another thread (a dependent reached through a
+    /// list that its deinit empties under a lock), a retain and release would run that
+    /// deinit twice. `body` must not capture the object in an escaping closure.
     @inline(__always)
     func withGuaranteedReference<Result>(_ body: (Instance) throws -> Result) rethrows -> Result {
         unsafe try _withUnsafeGuaranteedRef(body)
