@@ -6,14 +6,16 @@
  * loads. A snapshot is therefore a set of individually exact values taken at slightly
  * different instants, which is what monitoring needs; nothing synchronises on them.
  *
- * Also here: the per-thread count behind spindle_sample_due (spindle_sync.h), with which
- * the façade samples submissions for its timers.
+ * Also here, as the façade's other per-thread word: the per-thread count behind
+ * spindle_sample_due (spindle_sync.h), with which the façade samples submissions for
+ * its timers, and the slot of the façade's per-thread state (spindle_facade_state).
  */
 #include "internal.h"
 
 #include <time.h>
 
 _Thread_local uint32_t spindle_tls_sample_count;
+_Thread_local void *spindle_tls_facade_state;
 
 static uint64_t thread_cpu_ns(pthread_t thread) {
     clockid_t clock;

@@ -116,6 +116,19 @@ static inline bool spindle_sample_due(uint32_t period) {
     return (spindle_tls_sample_count++ & (period - 1)) == 0;
 }
 
+/** The façade's per-thread state (a retained Swift object), or NULL before the thread
+ *  first needs it. The façade reads it several times per operation; a thread-local
+ *  slot is one load where a pthread key's lookup is a call and a bounds check. The
+ *  façade keeps a pthread key as well, only for its destructor, which frees the state
+ *  when the thread exits. */
+extern _Thread_local void *spindle_tls_facade_state;
+
+static inline __attribute__((always_inline)) void *spindle_facade_state(void) {
+    return spindle_tls_facade_state;
+}
+
+static inline void spindle_set_facade_state(void *state) { spindle_tls_facade_state = state; }
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,11 +28,6 @@ final class TaskNodeCacheTests: XCTestCase {
         }
     }
 
-    final class BodyBox {
-        let body: @Sendable () -> Void
-        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-    }
-
     func testEveryNodeTypeFitsTheCachedSize() {
         XCTAssertLessThanOrEqual(ClosureTask.byteCount, Int(SPINDLE_TASK_CACHED_BYTES))
         XCTAssertLessThanOrEqual(JobTask.byteCount, Int(SPINDLE_TASK_CACHED_BYTES))
@@ -194,18 +189,4 @@ fileprivate func alloc(_ n: Int, bytes: Int = 40) -> [UInt] {
 
 fileprivate func free(_ nodes: [UInt]) {
     for a in nodes { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
-}
-
-/// Runs `body` on a thread of its own and waits until that thread has exited, so
-/// that its heap has been abandoned.
-fileprivate func onThreadThatExits(_ body: @escaping @Sendable () -> Void) {
-    var thread = pthread_t()
-    let box = Unmanaged.passRetained(TaskNodeCacheTests.BodyBox(body)).toOpaque()
-    let created = pthread_create(&thread, nil, { arg in
-        let box = Unmanaged<TaskNodeCacheTests.BodyBox>.fromOpaque(arg!).takeRetainedValue()
-        box.body()
-        return nil
-    }, box)
-    precondition(created == 0, "pthread_create: \(created)")
-    pthread_join(thread, nil)
 }

@@ -212,3 +212,23 @@ func readableCopyOfTestBinary() throws -> String {
     }
 }
 private let readableCopy = Mutex<String?>(nil)
+
+private final class ThreadBody {
+    let body: @Sendable () -> Void
+    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+}
+
+/// Runs `body` on a thread of its own and waits until that thread has exited: its
+/// thread-local state has been torn down (pthread key destructors, the engine's node
+/// heap abandoned) when this returns.
+func onThreadThatExits(_ body: @escaping @Sendable () -> Void) {
+    var thread = pthread_t()
+    let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
+    let created = pthread_create(&thread, nil, { arg in
+        let box = Unmanaged<ThreadBody>.fromOpaque(arg!).takeRetainedValue()
+        box.body()
+        return nil
+    }, box)
+    precondition(created == 0, "pthread_create: \(created)")
+    pthread_join(thread, nil)
+}

@@ -6,8 +6,9 @@ import Glibc
 /// Per-thread state of the façade: which operation (and queue) the thread is running,
 /// and the work list that turns the release of a long dependency chain into a loop.
 ///
-/// Stored behind a pthread key whose destructor frees it when the thread exits. Only its
-/// own thread touches it, so the per-operation fields skip Swift's dynamic exclusivity
+/// Found through a thread-local slot of the engine's (`spindle_facade_state`), and held
+/// by a pthread key whose destructor frees it when the thread exits. Only its own
+/// thread touches it, so the per-operation fields skip Swift's dynamic exclusivity
 /// checks (`@exclusivity(unchecked)`).
 @safe
 final class ThreadState {
@@ -63,9 +64,13 @@ final class ThreadState {
     private static let key: pthread_key_t = {
         var k = pthread_key_t()
         let rc = unsafe pthread_key_create(&k) { p in
-            // safety: the thread's one reference, taken in `unmanagedCurrent`; the
-            // destructor runs once.
-            if let p = unsafe p { unsafe Unmanaged<ThreadState>.fromOpaque(p).release() }
+            // safety: the key's one reference, taken in `makeCurrent`; the destructor
+            // runs once per value. The slot is emptied first: code that runs later in
+            // the thread's exit (another key's destructor, or this state's own deinit)
+            // then makes a fresh state, which the key frees in its next round.
+            guard let p = unsafe p else { return }
+            spindle_set_facade_state(nil)
+            unsafe Unmanaged<ThreadState>.fromOpaque(p).release()
         }
         precondition(rc == 0, "Spindle: pthread_key_create failed (\(rc))")
         return k
@@ -78,13 +83,22 @@ final class ThreadState {
     /// The calling thread's state, unretained: the thread's key holds it until the
     /// thread exits, so code on this thread can use it without a retain/release pair
     /// (`_withUnsafeGuaranteedRef`) — one less per operation run.
+    @inline(__always)
     static var unmanagedCurrent: Unmanaged<ThreadState> {
-        // safety: the key holds this thread's retained state until the thread exits.
-        if let p = unsafe pthread_getspecific(key) {
+        // safety: the slot names this thread's state, which the key holds retained; the
+        // key's destructor empties the slot before it releases the state.
+        if let p = unsafe spindle_facade_state() {
             return unsafe Unmanaged<ThreadState>.fromOpaque(p)
         }
+        return unsafe makeCurrent()
+    }
+
+    @inline(never)
+    private static func makeCurrent() -> Unmanaged<ThreadState> {
+        // safety: the key's one reference, released by its destructor at thread exit.
         let s = unsafe Unmanaged.passRetained(ThreadState())
         unsafe pthread_setspecific(key, s.toOpaque())
+        unsafe spindle_set_facade_state(s.toOpaque())
         return unsafe s
     }
 
