@@ -151,8 +151,12 @@ final class PoolLifecycleTests: XCTestCase {
 
     func testIdlePoolBurnsNoCPU() throws {
         let pool = try ThreadPool()
-        // Warm up: make every worker run and go back to sleep.
-        for _ in 0..<10_000 { try pool.submit {} }
+        // Warm up: make every worker run and go back to sleep. The wait is for the last
+        // task, however busy the machine; the sleep after it is for the workers' search
+        // before they park, which takes microseconds.
+        let ran = Counter()
+        for _ in 0..<10_000 { try pool.submit { ran.increment() } }
+        XCTAssertTrue(eventually(within: 60) { ran.value == 10_000 })
         usleep(200_000)
         let before = pool.cpuTime
         sleep(1)
