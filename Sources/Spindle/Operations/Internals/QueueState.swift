@@ -68,8 +68,10 @@ extension OperationQueue.State {
     /// subclass's readiness is its own `isReady`, which may not count dependencies
     /// (R7); the `evaluateReadiness` that follows a new dependency takes it back if
     /// that says so.
-    func popReady() -> Operation? {
-        while let op = unsafe ready.pop() {
+    /// Static, on the rings alone: called as a method of the state from the mutating
+    /// `takeStartable`, it had the whole state copied for each call.
+    static func popReady(_ ready: ReadyRings) -> Operation? {
+        while let op = ready.pop() {
             if unsafe op.queueFields.retired { continue }
             if unsafe op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op) { continue }
             return op
@@ -102,10 +104,11 @@ extension OperationQueue.State {
     mutating func takeStartable(_ counts: borrowing Atomic<UInt64>) -> Startable {
         guard unsafe !suspended && batching == 0 else { return .none }
         var out = Startable.none
+        let ready = unsafe ready
         // seq_cst load: after the RMW that set `scheduledBit` (see there).
         while unsafe maxConcurrent < 0
                 || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent,
-              let op = unsafe popReady() {
+              let op = unsafe Self.popReady(ready) {
             counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
             unsafe op.queueFields.started = true
             out.append(op)
