@@ -75,9 +75,9 @@ extension OperationQueue {
     /// touches that memory, adding costs the same with the lock as without it.
     @inline(__always)
     func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
-                          fresh: Bool, isBarrier: Bool) {
+                  fresh: Bool, isBarrier: Bool) {
         // An operation the caller holds keeps the queue alive for as long as it lives
-        // (QueueMembership.swift, LT3); one made here needs only the queue's own reference.
+        // (LT3); one made here needs only the queue's own reference.
         // The count goes up under the lock, before the operation can start, so before
         // it can finish; a waiter (which checks the count under the lock) sees it.
         if !fresh {
@@ -85,67 +85,8 @@ extension OperationQueue {
             unsafe op.queueFields.held = true
             unsafe op.queueFields.addedByCaller = true
         }
-        // The locked section's results, returned rather than written to captured
-        // variables (those would cost dynamic exclusivity checks on every add).
-        @unsafe
-        struct Outcome {
-            // safety: carries an unretained operation out of the locked section; the caller
-            // releases it once.
-            var barrier: Operation? = nil
-            var start = Startable.none
-            var config: DispatchConfig? = nil
-            var direct = false
-            var released: Unmanaged<Operation>? = nil
-        }
-        let outcome = unsafe state.locked { s -> Outcome in
-            var out = unsafe Outcome()
-            unsafe s.link(u, op)
-            if unsafe !s.ownClassAdded && op.hasOwnPriority.load(ordering: .relaxed) { unsafe s.ownClassAdded = true }
-            // Which way it goes: behind a pending barrier, not ready yet, straight to the
-            // pool (direct mode, nothing ahead of it), or onto its ready list.
-            var becomesReady = false
-            if !isBarrier, let b = unsafe s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) {
-                unsafe out.barrier = b
-            } else {
-                if !isBarrier, unsafe s.lastBarrier != nil { unsafe s.lastBarrier = nil }
-                becomesReady = readyNow && !op.queueSync.readySignalled.load(ordering: .relaxed)
-            }
-            if becomesReady {
-                op.queueSync.readySignalled.store(true, ordering: .relaxed)
-                unsafe out.direct = unsafe s.isDirect && s.readyIsEmpty
-            }
-            // Counted in (and, when it starts directly, as running) before it can start.
-            unsafe s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
-            if isBarrier { pendingBarriers.add(1, ordering: .sequentiallyConsistent) }
-            if unsafe !s.selfRetained {
-                unsafe s.selfRetained = true
-                // safety: the queue's reference to itself (LT1-LT3), dropped once, when it
-                // drains.
-                _ = unsafe Unmanaged.passUnretained(self).retain()
-            }
-            // Out of direct mode every finish takes the lock; holding the queue, it can
-            // decrement before it does (see operationFinished). Nobody else can write
-            // the field yet: `operations` needs our lock.
-            if unsafe fresh && !s.isDirect {
-                unsafe op.queueReference = self
-                unsafe op.queueFields.held = true
-            }
-            if unsafe out.direct {
-                unsafe op.queueFields.started = true
-                unsafe out.config = unsafe DispatchConfig(s)
-            } else if becomesReady {
-                unsafe s.push(op, level: s.level(of: op))
-                unsafe out.start = unsafe s.takeStartable(counts)
-                unsafe out.config = unsafe out.start.isEmpty ? nil : DispatchConfig(s)
-            }
-            // Once the lock is released, only the caller's reference keeps `op` alive:
-            // from then on other threads can start, finish and unlink it. A fresh
-            // operation has no caller's reference, so it is kept (from here, under the
-            // lock) for the steps below that use it after that may have happened
-            // (behind a barrier, waiting for room, not ready) — not when it goes
-            // straight to the pool, where submitting it is its last use here.
-            if unsafe fresh && !out.direct { _ = unsafe u.retain() }
-            return unsafe out
+        let outcome = unsafe state.locked { s in
+            unsafe registerLocked(&s, u, op, readyNow: readyNow, fresh: fresh, isBarrier: isBarrier)
         }
         let keep = unsafe fresh && !outcome.direct
         unsafe OperationQueue.release(outcome.released)
@@ -159,6 +100,73 @@ extension OperationQueue {
             op.evaluateReadiness()
         }
         if keep { unsafe u.release() }
+    }
+
+    /// What `register` does under the queue's lock, returned rather than written to
+    /// captured variables (those would cost dynamic exclusivity checks on every add).
+    @unsafe
+    struct RegisterOutcome {
+        // safety: carries an unretained operation out of the locked section; the caller
+        // releases it once.
+        var barrier: Operation? = nil
+        var start = Startable.none
+        var config: DispatchConfig? = nil
+        var direct = false
+        var released: Unmanaged<Operation>? = nil
+    }
+
+    /// `register`'s locked section (A3).
+    @inline(__always)
+    private func registerLocked(_ s: inout State, _ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
+                                fresh: Bool, isBarrier: Bool) -> RegisterOutcome {
+        var out = unsafe RegisterOutcome()
+        unsafe s.link(u, op)
+        if unsafe !s.ownClassAdded && op.hasOwnPriority.load(ordering: .relaxed) { unsafe s.ownClassAdded = true }
+        // Which way it goes: behind a pending barrier, not ready yet, straight to the
+        // pool (direct mode, nothing ahead of it), or onto its ready list.
+        var becomesReady = false
+        if !isBarrier, let b = unsafe s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) {
+            unsafe out.barrier = b
+        } else {
+            if !isBarrier, unsafe s.lastBarrier != nil { unsafe s.lastBarrier = nil }
+            becomesReady = readyNow && !op.queueSync.readySignalled.load(ordering: .relaxed)
+        }
+        if becomesReady {
+            op.queueSync.readySignalled.store(true, ordering: .relaxed)
+            unsafe out.direct = unsafe s.isDirect && s.readyIsEmpty
+        }
+        // Counted in (and, when it starts directly, as running) before it can start.
+        unsafe s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
+        if isBarrier { pendingBarriers.add(1, ordering: .sequentiallyConsistent) }
+        if unsafe !s.selfRetained {
+            unsafe s.selfRetained = true
+            // safety: the queue's reference to itself (LT1-LT3), dropped once, when it
+            // drains.
+            _ = unsafe Unmanaged.passUnretained(self).retain()
+        }
+        // Out of direct mode every finish takes the lock; holding the queue, it can
+        // decrement before it does (see operationFinished). Nobody else can write
+        // the field yet: `operations` needs our lock.
+        if unsafe fresh && !s.isDirect {
+            unsafe op.queueReference = self
+            unsafe op.queueFields.held = true
+        }
+        if unsafe out.direct {
+            unsafe op.queueFields.started = true
+            unsafe out.config = unsafe DispatchConfig(s)
+        } else if becomesReady {
+            unsafe s.push(op, level: s.level(of: op))
+            unsafe out.start = unsafe s.takeStartable(counts)
+            unsafe out.config = unsafe out.start.isEmpty ? nil : DispatchConfig(s)
+        }
+        // Once the lock is released, only the caller's reference keeps `op` alive:
+        // from then on other threads can start, finish and unlink it. A fresh
+        // operation has no caller's reference, so it is kept (from here, under the
+        // lock) for the steps below that use it after that may have happened
+        // (behind a barrier, waiting for room, not ready) — not when it goes
+        // straight to the pool, where submitting it is its last use here.
+        if unsafe fresh && !out.direct { _ = unsafe u.retain() }
+        return unsafe out
     }
 }
 
