@@ -6,9 +6,9 @@
  * loads. A snapshot is therefore a set of individually exact values taken at slightly
  * different instants, which is what monitoring needs; nothing synchronises on them.
  *
- * Also here, as the façade's other per-thread word: the per-thread count behind
- * spindle_sample_due (spindle_sync.h), with which the façade samples submissions for
- * its timers, and the slot of the façade's per-thread state (spindle_facade_state).
+ * Also here, the façade's two per-thread words (spindle_sync.h): the count behind
+ * spindle_sample_due, with which it samples submissions for its timers, and the slot of
+ * its per-thread state (spindle_facade_state).
  */
 #include "internal.h"
 

@@ -1,8 +1,8 @@
 /*
  * spindle_sync.h — the engine's synchronisation primitives that the Swift façade uses:
  * a futex mutex, a one-shot latch that knows about pool workers, and ThreadSanitizer
- * annotations. Not part of the pool's API (spindle.h); the façade's queues are built
- * on them.
+ * annotations; and the façade's per-thread words, which Swift cannot declare. Not part
+ * of the pool's API (spindle.h); the façade's queues are built on them.
  */
 #ifndef SPINDLE_SYNC_H
 #define SPINDLE_SYNC_H

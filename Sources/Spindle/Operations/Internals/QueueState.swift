@@ -68,8 +68,8 @@ extension OperationQueue.State {
     /// subclass's readiness is its own `isReady`, which may not count dependencies
     /// (R7); the `evaluateReadiness` that follows a new dependency takes it back if
     /// that says so.
-    /// Static, on the rings alone: called as a method of the state from the mutating
-    /// `takeStartable`, it had the whole state copied for each call.
+    /// Static, on the rings alone: as a method of the state, called from the mutating
+    /// `takeStartable`, it would have the whole state copied for each call.
     static func popReady(_ ready: ReadyRings) -> Operation? {
         while let op = ready.pop() {
             if unsafe op.queueFields.retired { continue }
