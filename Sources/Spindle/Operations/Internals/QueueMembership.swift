@@ -272,24 +272,8 @@ extension OperationQueue {
     /// the queue did not start, progress, draining, starting what may start now.
     /// `delta`: what to take off `counts` under the lock (nil: already taken).
     func finishLocked(_ op: Operation, started: Bool, delta: UInt64?) {
-        // The locked part's results, returned rather than written to captured variables
-        // (those would cost dynamic exclusivity checks).
-        @unsafe
-        struct Outcome {
-            // safety: carries an unretained operation out of the locked section; the caller
-            // releases it once.
-            var start = Startable.none
-            var config: DispatchConfig? = nil
-            var waiters: [Waiter] = unsafe []
-            var observers: [@Sendable (Int) -> Void] = []
-            /// Unfinished operations, then (with count observers) less pending barriers.
-            var remaining = 0
-            var released: Unmanaged<Operation>? = nil
-            var dropSelf = false
-            var unannounced: [Operation]? = nil
-        }
-        let out = unsafe state.locked { s -> Outcome in
-            var out = unsafe Outcome()
+        let out = unsafe state.locked { s -> FinishOutcome in
+            var out = unsafe FinishOutcome()
             // Zero, read under the lock where operations are counted in, means drained
             // (LT2).
             if let delta {
@@ -300,53 +284,86 @@ extension OperationQueue {
             // Not started by the queue: it may sit in a ready list; skip it there.
             if !started { unsafe op.queueFields.retired = true }
             if unsafe out.remaining == 0 {
-                unsafe out.waiters = unsafe s.waiters
+                var rare = unsafe FinishOutcome.Rare()
+                unsafe rare.waiters = unsafe s.waiters
                 unsafe s.waiters = unsafe []
-                unsafe s.unlinkAll(onto: &out.released)
-                if unsafe out.released != nil { unsafe s.releasing += 1 }
+                unsafe s.unlinkAll(onto: &rare.released)
+                if unsafe rare.released != nil { unsafe s.releasing += 1 }
                 unsafe s.lastBarrier = nil
                 // The queue's reference to itself is ours now (LT2): it
                 // keeps the queue alive until we drop it, last. An operation added
                 // meanwhile makes the queue take another.
-                unsafe out.dropSelf = unsafe s.selfRetained
+                unsafe rare.dropSelf = unsafe s.selfRetained
                 unsafe s.selfRetained = false
+                unsafe out.rare = unsafe rare
             }
             if unsafe !s.countObservers.isEmpty {
-                unsafe out.observers = unsafe s.countObservers.map(\.handler)
+                if unsafe out.rare == nil { unsafe out.rare = unsafe FinishOutcome.Rare() }
+                unsafe out.rare!.observers = unsafe s.countObservers.map(\.handler)
                 // What observers are told, read here: after we unlock, the queue may be
                 // freed (see below).
                 unsafe out.remaining = unsafe max(0, out.remaining - pendingBarriers.load(ordering: .sequentiallyConsistent))
             }
-            unsafe out.unannounced = unsafe s.takeUnannounced(counts)
+            if let unannounced = unsafe s.takeUnannounced(counts) {
+                if unsafe out.rare == nil { unsafe out.rare = unsafe FinishOutcome.Rare() }
+                unsafe out.rare!.unannounced = unannounced
+            }
             unsafe out.start = unsafe s.takeStartable(counts)
             if unsafe !out.start.isEmpty { unsafe out.config = unsafe DispatchConfig(s) }
             return unsafe out
         }
-        // Release what the queue held before waking waiters: a returning wait then
-        // implies the queue no longer keeps any finished operation alive. Waiters that
-        // came while we released it (`releasing` kept them waiting) are ours too.
-        var waiters = unsafe out.waiters
-        if unsafe out.released != nil {
-            unsafe OperationQueue.release(out.released)
-            unsafe waiters += state.locked { s -> [Waiter] in
-                unsafe s.releasing -= 1
-                guard unsafe s.isDrained(unfinished: unfinishedCount) else { return unsafe [] }
-                defer { unsafe s.waiters = unsafe [] }
-                return unsafe s.waiters
+        if let rare = unsafe out.rare {
+            // Release what the queue held before waking waiters: a returning wait then
+            // implies the queue no longer keeps any finished operation alive. Waiters that
+            // came while we released it (`releasing` kept them waiting) are ours too.
+            var waiters = unsafe rare.waiters
+            if unsafe rare.released != nil {
+                unsafe OperationQueue.release(rare.released)
+                unsafe waiters += state.locked { s -> [Waiter] in
+                    unsafe s.releasing -= 1
+                    guard unsafe s.isDrained(unfinished: unfinishedCount) else { return unsafe [] }
+                    defer { unsafe s.waiters = unsafe [] }
+                    return unsafe s.waiters
+                }
             }
+            for o in unsafe rare.observers { unsafe o(out.remaining) }
+            for unsafe w in unsafe waiters { unsafe w.signal() }
         }
-        for o in unsafe out.observers { unsafe o(out.remaining) }
-        for unsafe w in unsafe waiters { unsafe w.signal() }
         // Nothing starts when it has drained. When nothing starts and it has not
         // drained, this finisher is done with the queue, which may have been freed
         // when we unlocked.
         if let config = unsafe out.config { unsafe dispatch(out.start, config) }
+        guard let rare = unsafe out.rare else { return }
         // Unfinished, so the queue has not drained; each reaches it through its pin.
-        if let unannounced = unsafe out.unannounced { OperationQueue.askAgain(unannounced) }
+        if let unannounced = unsafe rare.unannounced { OperationQueue.askAgain(unannounced) }
         // Last: this may free the queue.
         // safety: the queue's reference to itself, taken once per busy period (LT2 decides
         // it is dropped once).
-        if unsafe out.dropSelf { unsafe Unmanaged.passUnretained(self).release() }
+        if unsafe rare.dropSelf { unsafe Unmanaged.passUnretained(self).release() }
+    }
+
+    /// What `finishLocked` takes out of its locked section, returned rather than
+    /// written to captured variables (those would cost dynamic exclusivity checks).
+    @unsafe
+    struct FinishOutcome {
+        // safety: carries an unretained operation out of the locked section; the caller
+        // releases it once.
+        var start = Startable.none
+        var config: DispatchConfig? = nil
+        /// Unfinished operations, then (with count observers) less pending barriers.
+        var remaining = 0
+        /// What only a drain, count observers or unannounced operations need: nil on a
+        /// common finish, which then destroys one empty optional, not each field.
+        var rare: Rare? = nil
+
+        @unsafe
+        struct Rare {
+            var waiters: [Waiter] = unsafe []
+            var observers: [@Sendable (Int) -> Void] = []
+            var released: Unmanaged<Operation>? = nil
+            var dropSelf = false
+            var unannounced: [Operation]? = nil
+        }
     }
 
     /// Registers `waiter` to be signalled when the queue has drained (see `isDrained`);
