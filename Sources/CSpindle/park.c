@@ -38,6 +38,15 @@
  *    (S2 then keeps the chain going). Go's proc.go states the same protocol ("the
  *    spinning->non-spinning transition ... StoreLoad barrier ... check all queues").
  *
+ *    S3. A worker that parks without having searched (S1 let it not: another worker
+ *    was searching) does step z too when, once it has left the counts, nobody
+ *    searches. The searcher it left the work to may have found a task and stopped in
+ *    between, and that searcher's S2 look came while this worker still counted as
+ *    unparked, so it woke nobody; if the task it found then runs long, or blocks
+ *    counted out in a pool with no spare to start, the work queued behind it waits
+ *    with a worker asleep. The same pairing covers it: x is this worker's RMW of the
+ *    counts, and whoever published the work looked at the counts after it.
+ *
  *    Outside submissions skip fence b (notify_one_after_push): their publishing step
  *    is the injector's seq_cst increment of `len` (a), and c is a seq_cst load. In the
  *    single total order S of seq_cst operations, either a precedes fence y — then the
@@ -238,7 +247,7 @@ void spindle_parker_unpark(spindle_parker *p) {
         spindle_futex_wake(&p->state, 1);
 }
 
-/* ---- the idle accounting (S1, S2) ----------------------------------------------------- */
+/* ---- the idle accounting (S1-S3) ------------------------------------------------------ */
 
 int spindle_idle_init(spindle_idle *idle, uint32_t nworkers, uint32_t capacity) {
     idle->sleepers = calloc(capacity, sizeof(uint32_t));
@@ -478,7 +487,8 @@ static void unlist_task_sleeper_locked(spindle_idle *idle, spindle_worker *w) {
 }
 
 /* Counts worker `w` out of `unparked` (and of `searching`, if it searched) and puts it
- * on the sleeper stack. Under the lock. Returns whether it was the last searcher. */
+ * on the sleeper stack. Under the lock. Returns whether it leaves nobody searching, and
+ * so has step z to do (S3). */
 static inline bool list_sleeper_locked(spindle_pool *pool, spindle_worker *w, bool was_searching,
                                        _Atomic uint32_t *latch) {
     spindle_idle *idle = &pool->idle;
@@ -495,7 +505,10 @@ static inline bool list_sleeper_locked(spindle_pool *pool, spindle_worker *w, bo
     atomic_store_explicit(&w->cpu_hint, -1, memory_order_relaxed);
     w->waiting_in_task = latch != NULL;
     if (latch) idle->task_sleepers++;
-    return was_searching && SEARCHING(prev) == 1;
+    /* Step z falls to whoever leaves nobody searching: the last searcher, and also a
+     * worker that did not search because another did, if that one has stopped since
+     * (S3). */
+    return SEARCHING(prev) == (was_searching ? 1u : 0u);
 }
 
 /* Worker `w`, taken off the sleeper stack by a waker that did its accounting, takes
@@ -523,7 +536,7 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
     w->guest = false;
 
     pthread_mutex_lock(&idle->lock);
-    bool last_searcher = list_sleeper_locked(pool, w, was_searching, latch);
+    bool nobody_searching = list_sleeper_locked(pool, w, was_searching, latch);
     if (!latch && quiescent_locked(pool)) {
         /* Shutdown step 4: everyone is parked outside any task and nothing is queued;
          * no work can appear any more. Release every sleeper. Release store pairs with
@@ -539,8 +552,8 @@ bool spindle_idle_sleep(spindle_worker *w, _Atomic uint32_t *latch) {
                           atomic_load_explicit(&w->counters.parked, memory_order_relaxed) + 1,
                           memory_order_relaxed);
 
-    if (last_searcher) {
-        /* Steps y and z: we were the last searcher; look at every queue once more. */
+    if (nobody_searching) {
+        /* Steps y and z: we leave nobody searching; look at every queue once more. */
         atomic_thread_fence(memory_order_seq_cst);
         if (spindle_pool_has_pending_work(pool)) spindle_notify_one(pool);
     }
