@@ -102,8 +102,9 @@ func cancellationScenarios() {
     }
 
     do {
-        // Widening a queue starts what waits: three operations that each wait (up to a
-        // second) for all three to be running find them running together.
+        // Widening a queue starts what waits: three operations that each wait (up to ten
+        // seconds, however busy the machine) for all three to be running find them
+        // running together.
         final class Rendezvous: @unchecked Sendable {
             // @unchecked: `count` is only touched under `lock`.
             private let lock = NSLock()
@@ -119,7 +120,7 @@ func cancellationScenarios() {
             q.addOperation {
                 rendezvous.arrive()
                 var waited = 0
-                while !rendezvous.all(3) && waited < 1000 { usleep(1000); waited += 1 }
+                while !rendezvous.all(3) && waited < 10_000 { usleep(1000); waited += 1 }
                 log.add("\(rendezvous.all(3))")
             }
         }

@@ -27,10 +27,13 @@ func sequenceScenarios() {
         let q = OperationQueue()
         q.maxConcurrentOperationCount = 1
         q.isSuspended = true
-        let a = named("a") { log.add("a") }, b = named("b") { log.add("b") }
+        let bRan = DispatchSemaphore(value: 0)
+        let a = named("a") { log.add("a") }, b = named("b") { log.add("b"); bRan.signal() }
         let done = DispatchSemaphore(value: 0)
-        // The block takes long enough that `b`, which does not wait for it, starts first.
-        a.completionBlock = { usleep(100_000); log.add("a-completion"); done.signal() }
+        // The block waits for `b`, however busy the machine: a queue whose next operation
+        // does not wait for the completion block logs `b` first; one whose next operation
+        // waited would leave the block to give up after ten seconds and log it first.
+        a.completionBlock = { _ = bRan.wait(timeout: .now() + 10); log.add("a-completion"); done.signal() }
         q.addOperations([a, b], waitUntilFinished: false)
         q.isSuspended = false
         q.waitUntilAllOperationsAreFinished()
