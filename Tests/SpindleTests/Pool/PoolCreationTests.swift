@@ -15,7 +15,7 @@ final class PoolCreationTests: XCTestCase {
     /// at the process's own priority and moves only to what it asks for.
     func testAPoolCreatedInsideDemotedWorkStartsAtTheProcesssPriority() throws {
         let processPolicy = Int(sched_getscheduler(getpid()))
-        let processNice = Int(getpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(getpid())))
+        let processNice = threadNice()
         var low = ThreadPool.Configuration(workers: 1)
         low.policy = .idle
         low.nice = 10
@@ -176,7 +176,7 @@ final class PoolCreationTests: XCTestCase {
             c.nice = -4
             let p2 = try ThreadPool(configuration: c)
             XCTAssertEqual(p2.niceError, EACCES)
-            XCTAssertEqual(p2.effectiveNice, Int32(getpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(getpid()))),
+            XCTAssertEqual(p2.effectiveNice, Int32(threadNice()),
                            "refused: workers keep the process's nice")
         }
     }

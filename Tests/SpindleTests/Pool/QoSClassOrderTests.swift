@@ -63,7 +63,8 @@ final class QoSClassOrderTests: XCTestCase {
         if asNobody {
             (status, text) = try runTestAsNobody(test, environment: env, nice: nice)
         } else {
-            (status, text) = try runChild("/usr/bin/nice", ["-n", "\(nice)", try readableCopyOfTestBinary(), test],
+            let command = niceCommand(nice) + [try readableCopyOfTestBinary(), test]
+            (status, text) = try runChild(command[0], Array(command.dropFirst()),
                                           environment: env.merging(["PATH": "/usr/bin:/bin", "HOME": "/tmp"]) { a, _ in a })
         }
         XCTAssertEqual(status, 0, text)

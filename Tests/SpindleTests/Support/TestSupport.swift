@@ -185,12 +185,26 @@ func runTestAsNobody(_ test: String, environment: [String: String], nice: Int? =
     }
     let binary = try readableCopyOfTestBinary()
     let setpriv = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", binary, test]
-    let command = nice.map { ["/usr/bin/nice", "-n", "\($0)"] + setpriv } ?? setpriv
+    let command = nice.map { niceCommand($0) + setpriv } ?? setpriv
     var env = environment
     env["PATH"] = env["PATH"] ?? "/usr/bin:/bin"
     env["HOME"] = env["HOME"] ?? "/tmp"
     return try runChild(command[0], Array(command.dropFirst()), environment: env,
                         directory: URL(fileURLWithPath: (binary as NSString).deletingLastPathComponent))
+}
+
+/// The calling thread's nice value: the one a child it starts inherits, and on the
+/// test's main thread the process's.
+func threadNice() -> Int {
+    errno = 0
+    let n = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+    return errno == 0 ? Int(n) : 0
+}
+
+/// `nice` putting the command after it at process nice `nice`, whatever this process's
+/// own (`nice -n` adds to the caller's: the suite may itself run niced).
+func niceCommand(_ nice: Int) -> [String] {
+    ["/usr/bin/nice", "-n", "\(nice - threadNice())"]
 }
 
 /// This test binary, copied once per process to a fresh 0755 folder under the
