@@ -164,8 +164,7 @@ final class BlockingTests: XCTestCase {
         try pool.submit { ThreadPool.blocking { gate.wait() } } // the pool's worker blocks
         try pool.submit {
             // Runs on a spare: the only worker is blocked.
-            errno = 0
-            let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+            let nice = Int32(threadNice())
             seen.locked { $0 = nice }
             done.signal()
         }

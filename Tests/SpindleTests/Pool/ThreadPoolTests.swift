@@ -182,7 +182,7 @@ final class ThreadPoolTests: XCTestCase {
         // on another CPU, and one on the worker's CPU at the pool's own nice.
         guard spindle_usable_cpu_count() >= 2 else { throw XCTSkip("needs two CPUs") }
         // Everything relative to this thread's nice, which raising never needs privilege for.
-        let base = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        let base = Int32(threadNice())
         var config = ThreadPool.Configuration(workers: 1)
         config.pinning = .core
         config.spin = .seconds(1)
