@@ -295,6 +295,104 @@ final class QueueSchedulingTests: XCTestCase {
         OperationQueue.release(released)
     }
 
+    func testTheListKeepsAnOperationWhileAReadyRingHoldsIt() {
+        // The ready rings hold operations unretained; an operation cancelled while it
+        // waits there finishes without starting (`retired`) and stays in its ring until
+        // a scheduling pass skips it. Step by step, without the scheduler: pruning must
+        // not release it meanwhile, and a drain empties the rings before it releases.
+        var state = OperationQueue.State(name: "ring-protocol")
+        var weaks: [Weak<Operation>] = []
+        for _ in 0..<400 {
+            let u = Unmanaged<Operation>.passRetained(BlockOperation {}) // the list's reference
+            u.withGuaranteedReference { op in
+                weaks.append(Weak(op))
+                state.link(u, op)
+                state.push(op, level: state.level(of: op))
+                op.queueFields.retired = true
+                op.queueSync.done.store(true, ordering: .releasing)
+            }
+        }
+        var released: Unmanaged<Operation>? = nil
+        state.prune(unfinished: 0, onto: &released)
+        XCTAssertNil(released, "pruned operations a ready ring still holds")
+        XCTAssertEqual(state.linked, 400)
+        XCTAssertFalse(state.readyIsEmpty)
+        state.unlinkAll(onto: &released)
+        XCTAssertTrue(state.readyIsEmpty, "the drain left unretained operations in the rings")
+        XCTAssertEqual(state.linked, 0)
+        OperationQueue.release(released)
+        released = nil
+        XCTAssertTrue(weaks.allSatisfy { $0.value == nil }, "the drain kept operations alive")
+
+        // Popped from its ring (skipped: it is retired), an operation may be pruned.
+        let u = Unmanaged<Operation>.passRetained(BlockOperation {})
+        let weak = Weak<Operation>()
+        u.withGuaranteedReference { op in
+            weak.value = op
+            state.link(u, op)
+            state.push(op, level: state.level(of: op))
+            op.queueFields.retired = true
+            op.queueSync.done.store(true, ordering: .releasing)
+        }
+        let counts = Atomic<UInt64>(0)
+        XCTAssertTrue(state.takeStartable(counts).isEmpty, "a retired operation was started")
+        XCTAssertTrue(state.readyIsEmpty)
+        for _ in 0..<300 {
+            let filler = Unmanaged<Operation>.passRetained(BlockOperation {})
+            filler.withGuaranteedReference { state.link(filler, $0) }
+        }
+        state.prune(unfinished: 300, onto: &released)
+        state.prune(unfinished: 0, onto: &released)
+        OperationQueue.release(released)
+        XCTAssertNil(weak.value, "a retired operation out of its ring was never pruned")
+        XCTAssertEqual(state.linked, 300)
+        released = nil
+        state.unlinkAll(onto: &released)
+        OperationQueue.release(released)
+    }
+
+    func testOperationsFinishedInTheirReadyRingAreSkippedAfterThePruneThatFollows() {
+        // The same, through the queue: on a serial queue, operations wait in their ring
+        // behind a running one; operations of a class that reports itself finished
+        // before it starts finish there without starting; the adds that follow prune
+        // the list (it then holds far more finished operations than unfinished ones);
+        // the next scheduling pass must still find the ring's entries alive, and skip
+        // them. Under AddressSanitizer an early release is a use-after-free here.
+        final class FinishesItself: Operation, @unchecked Sendable {
+            let counter: ReleaseCounter
+            let done = Atomic<Bool>(false)
+            init(_ counter: ReleaseCounter) { self.counter = counter }
+            deinit { counter.released.add(1, ordering: .relaxed) }
+            override var isFinished: Bool { done.load(ordering: .acquiring) }
+            override func main() { XCTFail("an operation that had finished was started") }
+            func finishNow() {
+                willChangeValue(forKey: "isFinished")
+                done.store(true, ordering: .releasing)
+                didChangeValue(forKey: "isFinished")
+            }
+        }
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let counter = ReleaseCounter(), laterRan = ReleaseCounter()
+        let gate = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        q.addOperation { started.signal(); gate.wait() }
+        started.wait()
+        for _ in 0..<400 {
+            // Only the queue holds it once this iteration ends.
+            let op = FinishesItself(counter)
+            q.addOperation(op)
+            op.finishNow()
+        }
+        // (A counter that is a class: an escaping closure cannot capture an Atomic.)
+        for _ in 0..<20 { q.addOperation { _ = laterRan.released.add(1, ordering: .relaxed) } }
+        gate.signal()
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(laterRan.released.load(ordering: .relaxed), 20)
+        XCTAssertEqual(counter.released.load(ordering: .relaxed), 400, "the drained queue kept finished operations")
+        XCTAssertEqual(q.operationCount, 0)
+    }
+
     func testQueuesDroppedWhileTheirOperationsFinishAreFreedAfterTheLastOne() {
         // A queue holds itself while it has unfinished operations; the operations made by
         // `addOperation { }` do not hold it. The finisher that drains it frees it, while

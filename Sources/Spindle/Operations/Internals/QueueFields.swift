@@ -84,6 +84,9 @@ struct QueueFields {
     /// (`dropQueue`). One made by the block form is reachable only through
     /// `operations`, and otherwise dies with the queue's list.
     var addedByCaller = false
+    /// Set while it sits in one of the queue's ready rings, which hold it unretained:
+    /// the list keeps it until the ring lets it go (ReadyRings.swift).
+    var inRing = false
     /// Set by the queue's runner, before `start()`, when the queue reports progress:
     /// `start()` then runs `main()` inside a child progress (`runReportingProgress`).
     var reportsProgress = false

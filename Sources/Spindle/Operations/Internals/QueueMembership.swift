@@ -88,18 +88,20 @@ extension OperationQueue {
         let outcome = unsafe state.locked { s in
             unsafe registerLocked(&s, u, op, readyNow: readyNow, fresh: fresh, isBarrier: isBarrier)
         }
-        let keep = unsafe fresh && !outcome.direct
         unsafe OperationQueue.release(outcome.released)
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
         if let barrier = unsafe outcome.barrier { op.addDependencyEdge(barrier) }
         if let config = unsafe outcome.config {
             if unsafe outcome.direct { dispatch(op, config) } else { unsafe dispatch(outcome.start, config) }
-        } else if !op.queueSync.readySignalled.load(ordering: .acquiring) {
+        } else if unsafe !outcome.signalled {
             // Not found ready when registered (or behind a barrier): its readiness may
             // have changed before `queueFields.linked` let its notification through.
-            op.evaluateReadiness()
+            // (A separate test, not `&&`: `op` may have been freed when it was
+            // signalled, and an unoptimised build retains what `&&`'s autoclosure
+            // captures before it evaluates the left side.)
+            if !op.queueSync.readySignalled.load(ordering: .acquiring) { op.evaluateReadiness() }
         }
-        if keep { unsafe u.release() }
+        if unsafe fresh && !outcome.signalled { unsafe u.release() }
     }
 
     /// What `register` does under the queue's lock, returned rather than written to
@@ -111,8 +113,21 @@ extension OperationQueue {
         var barrier: Operation? = nil
         var start = Startable.none
         var config: DispatchConfig? = nil
-        var direct = false
         var released: Unmanaged<Operation>? = nil
+        /// `direct` and `signalled`, in one byte: a field more makes the outcome a
+        /// struct the optimizer copies.
+        private var flags: UInt8 = 0
+        /// Started directly: it goes straight to the pool.
+        var direct: Bool {
+            get { unsafe flags & 1 != 0 }
+            set { unsafe flags = unsafe newValue ? flags | 1 : flags & ~1 }
+        }
+        /// Signalled ready under the lock: `register` has nothing left to do with it
+        /// unless it starts it directly. (A fresh one that was not is kept for it.)
+        var signalled: Bool {
+            get { unsafe flags & 2 != 0 }
+            set { unsafe flags = unsafe newValue ? flags | 2 : flags & ~2 }
+        }
     }
 
     /// `register`'s locked section (A3).
@@ -133,6 +148,7 @@ extension OperationQueue {
         }
         if becomesReady {
             op.queueSync.readySignalled.store(true, ordering: .relaxed)
+            unsafe out.signalled = true
             unsafe out.direct = unsafe s.isDirect && s.readyIsEmpty
         }
         // Counted in (and, when it starts directly, as running) before it can start.
@@ -162,10 +178,12 @@ extension OperationQueue {
         // Once the lock is released, only the caller's reference keeps `op` alive:
         // from then on other threads can start, finish and unlink it. A fresh
         // operation has no caller's reference, so it is kept (from here, under the
-        // lock) for the steps below that use it after that may have happened
-        // (behind a barrier, waiting for room, not ready) — not when it goes
-        // straight to the pool, where submitting it is its last use here.
-        if unsafe fresh && !out.direct { _ = unsafe u.retain() }
+        // lock) for the steps `register` takes with it after that may have happened:
+        // behind a barrier or not ready, its readiness is evaluated again. Not when it
+        // goes straight to the pool, where submitting it is its last use there, nor
+        // when it was signalled ready: it is on a ready list, or started from there by
+        // `takeStartable`, which `register` dispatches as it dispatches any other.
+        if fresh && !becomesReady { _ = unsafe u.retain() }
         return unsafe out
     }
 }

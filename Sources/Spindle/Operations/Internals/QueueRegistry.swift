@@ -5,10 +5,11 @@ import Synchronization
 // it.
 //
 // An intrusive doubly linked list through `QueueFields.prev/next`, under the queue's
-// lock, holding one retained reference to each operation. The workers that finish
-// operations never touch it: finished ones (`QueueSync.done`) are unlinked lazily by
-// the thread adding operations (`prune`), and all at once when the queue drains
-// (`unlinkAll`). References are released outside the lock, in a chain built through
+// lock, holding one retained reference to each operation: the only one the queue
+// holds, which its ready rings and the operations it starts borrow. The workers that
+// finish operations never touch it: finished ones (`QueueSync.done`) are unlinked
+// lazily by the thread adding operations (`prune`) once no ready ring and no runner
+// uses them, and all at once when the queue drains (`unlinkAll`). References are released outside the lock, in a chain built through
 // `QueueFields.next` (`OperationQueue.release`), because a release may run a deinit and
 // user code.
 
@@ -54,7 +55,9 @@ extension OperationQueue.State {
     ///   threshold sets off a sweep every few adds, each step a cache miss.
     ///
     /// The finished operations are kept 64 behind the workers, and one is taken
-    /// only once its runner is done with it (`QueueSync.runState`): the release here
+    /// only once its runner is done with it (`QueueSync.runState`) and no ready ring
+    /// holds it (one that finished without starting may still sit in one: `retired`,
+    /// `inRing`): the release here
     /// is then the last, and the memory is freed on this thread — which allocates
     /// the next operation from the same thread cache. Were the workers to free
     /// operations instead, glibc would serve every allocation here from its slow path
@@ -66,7 +69,7 @@ extension OperationQueue.State {
             while let u = unsafe cursor, steps < 4, unlinked < 2 {
                 unsafe cursor = unsafe u.withGuaranteedReference { op in
                     let next = unsafe op.queueFields.next
-                    if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone {
+                    if unsafe op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone && !op.queueFields.inRing {
                         unsafe unlink(op, onto: &released)
                         unlinked += 1
                     }
@@ -80,7 +83,9 @@ extension OperationQueue.State {
         while let u = unsafe cursor {
             unsafe cursor = unsafe u.withGuaranteedReference { op in
                 let next = unsafe op.queueFields.next
-                if op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone { unsafe unlink(op, onto: &released) }
+                if unsafe op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone && !op.queueFields.inRing {
+                    unsafe unlink(op, onto: &released)
+                }
                 return unsafe next
             }
         }
@@ -88,8 +93,11 @@ extension OperationQueue.State {
 
     /// Unlinks everything (the queue has drained: all of it has finished). An
     /// operation whose runner has not yet returned from it is left to that runner
-    /// to release (`QueueSync.runState`).
+    /// to release (`QueueSync.runState`). The ready rings, which can then hold only
+    /// operations that finished without starting, are emptied first: they hold them
+    /// unretained.
     mutating func unlinkAll(onto released: inout Unmanaged<Operation>?) {
+        unsafe ready.clear()
         while let u = unsafe head {
             unsafe u.withGuaranteedReference { op in
                 unsafe detach(op)

@@ -11,7 +11,8 @@ extension OperationQueue {
     @unsafe
     struct State {
         // safety: head and tail are the queue list's retained references, released only
-        // when unlinked (QueueRegistry.swift).
+        // when unlinked (QueueRegistry.swift); the rings hold operations the list keeps
+        // (ReadyRings.swift).
         let ready = ReadyRings()
         /// The operations added, in order: an intrusive doubly linked list through
         /// `Operation.queueFields.prev/queueFields.next`, holding one retained reference to each.
@@ -70,11 +71,13 @@ extension OperationQueue.State {
     /// that says so.
     /// Static, on the rings alone: as a method of the state, called from the mutating
     /// `takeStartable`, it would have the whole state copied for each call.
-    static func popReady(_ ready: ReadyRings) -> Operation? {
-        while let op = ready.pop() {
-            if unsafe op.queueFields.retired { continue }
-            if unsafe op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op) { continue }
-            return op
+    static func popReady(_ ready: ReadyRings) -> Unmanaged<Operation>? {
+        while let u = unsafe ready.pop() {
+            let skip = unsafe u.withGuaranteedReference { op in
+                unsafe op.queueFields.retired
+                    || (op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op))
+            }
+            if !skip { return unsafe u }
         }
         return nil
     }
@@ -108,10 +111,10 @@ extension OperationQueue.State {
         // seq_cst load: after the RMW that set `scheduledBit` (see there).
         while unsafe maxConcurrent < 0
                 || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent,
-              let op = unsafe Self.popReady(ready) {
+              let u = unsafe Self.popReady(ready) {
             counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
-            unsafe op.queueFields.started = true
-            out.append(op)
+            unsafe u.withGuaranteedReference { unsafe $0.queueFields.started = true }
+            unsafe out.append(u)
         }
         return out
     }
@@ -119,19 +122,25 @@ extension OperationQueue.State {
 
 /// The operations a scheduling step lets start: almost always none or one, which
 /// need no array (and no allocation) on the per-operation path.
+///
+/// Unretained, as they came from the ready rings.
+@safe
 enum Startable {
+    // safety: each operation has been started (counted as running), and the queue's
+    // list does not release a started operation before its runner is done with it
+    // (`QueueSync.runState`), which is after it is dispatched.
     case none
-    case one(Operation)
-    case many([Operation])
+    case one(Unmanaged<Operation>)
+    case many([Unmanaged<Operation>])
 
-    mutating func append(_ op: Operation) {
+    mutating func append(_ u: Unmanaged<Operation>) {
         switch self {
-        case .none: self = .one(op)
-        case .one(let first): self = .many([first, op])
+        case .none: unsafe self = .one(u)
+        case .one(let first): unsafe self = .many([first, u])
         case .many(var all):
             self = .none
-            all.append(op)
-            self = .many(all)
+            unsafe all.append(u)
+            unsafe self = .many(all)
         }
     }
 
@@ -140,8 +149,8 @@ enum Startable {
     func forEach(_ body: (Operation) -> Void) {
         switch self {
         case .none: break
-        case .one(let op): body(op)
-        case .many(let all): all.forEach(body)
+        case .one(let u): unsafe u.withGuaranteedReference(body)
+        case .many(let all): for unsafe u in unsafe all { unsafe u.withGuaranteedReference(body) }
         }
     }
 }

@@ -1,14 +1,20 @@
 /// The ready operations of a queue: one FIFO ring per priority level, each a buffer of
-/// retained references that grows by doubling.
+/// unretained references that grows by doubling.
 ///
 /// A class holding plain pointers, mutated in place under the queue's lock, rather than
 /// Swift Arrays in the queue's state struct: an Array pays a copy-on-write check (and,
 /// now and then, a copy) on every pop, which a serial queue does once per operation.
 /// One object per queue, made with it.
+///
+/// The slots hold no reference: the queue's list holds every operation in a ring, and
+/// does not release one while `QueueFields.inRing` is set (QueueRegistry.swift). A
+/// retained slot would cost a retain on the adding thread and a release on the worker
+/// that starts the operation, both on the object's header line, for each operation a
+/// serial queue runs.
 @safe
 final class ReadyRings {
-    // safety: the rings own their buffers and each slot's retained reference; nothing
-    // unsafe leaves the class.
+    // safety: the rings own their buffers; each slot names an operation the queue's
+    // list keeps alive while its `inRing` flag is set, which only these methods clear.
     @safe
     struct Ring {
         // safety: `slots` holds `capacity` entries, of which the `count` from `head`
@@ -20,16 +26,19 @@ final class ReadyRings {
 
         mutating func push(_ op: Operation) {
             if count == capacity { grow() }
-            // safety: the ring's reference, released by whoever pops or removes the slot.
-            unsafe slots.unsafelyUnwrapped[(head + count) & (capacity - 1)] = unsafe Unmanaged.passRetained(op)
+            unsafe op.queueFields.inRing = true
+            // safety: unretained; the list keeps it while `inRing` is set.
+            unsafe slots.unsafelyUnwrapped[(head + count) & (capacity - 1)] = unsafe Unmanaged.passUnretained(op)
             count += 1
         }
 
-        mutating func pop() -> Operation {
+        mutating func pop() -> Unmanaged<Operation> {
             let u = unsafe slots.unsafelyUnwrapped[head]
             head = (head + 1) & (capacity - 1)
             count -= 1
-            return unsafe u.takeRetainedValue()
+            // The caller holds it under the queue's lock, where the list keeps it.
+            unsafe u.withGuaranteedReference { unsafe $0.queueFields.inRing = false }
+            return unsafe u
         }
 
         mutating func grow() {
@@ -48,20 +57,17 @@ final class ReadyRings {
             guard let i = (0..<count).first(where: {
                 unsafe slots.unsafelyUnwrapped[(head + $0) & (capacity - 1)].toOpaque() == target
             }) else { return false }
-            let removed = unsafe slots.unsafelyUnwrapped[(head + i) & (capacity - 1)]
             for j in i..<(count - 1) {
                 unsafe slots.unsafelyUnwrapped[(head + j) & (capacity - 1)] = unsafe slots.unsafelyUnwrapped[(head + j + 1) & (capacity - 1)]
             }
             count -= 1
-            unsafe removed.release()
+            unsafe op.queueFields.inRing = false
             return true
         }
 
-        mutating func releaseAll() {
-            while count > 0 { _ = pop() }
-            unsafe slots?.deallocate()
-            unsafe slots = nil
-            capacity = 0
+        /// Empties the ring, clearing each operation's `inRing`.
+        mutating func clear() {
+            while count > 0 { _ = unsafe pop() }
         }
     }
 
@@ -78,6 +84,12 @@ final class ReadyRings {
 
     func push(_ op: Operation, level: Int) { unsafe rings[level].push(op) }
 
+    /// Empties every ring: for a drained queue, whose rings can hold only operations
+    /// that finished without starting, before its list releases them.
+    func clear() {
+        for level in 0..<ReadyRings.levels { unsafe rings[level].clear() }
+    }
+
     /// Takes `op` out of whichever ring holds it, keeping the others' order; false when
     /// none does. O(ready operations): for the rare re-prioritisation or readiness
     /// change of an operation that waits for its turn.
@@ -86,8 +98,9 @@ final class ReadyRings {
         return false
     }
 
-    /// The oldest operation of the highest non-empty level.
-    func pop() -> Operation? {
+    /// The oldest operation of the highest non-empty level: unretained, alive while
+    /// the caller holds the queue's lock (the list holds it).
+    func pop() -> Unmanaged<Operation>? {
         for level in (0..<ReadyRings.levels).reversed() where unsafe rings[level].count > 0 {
             return unsafe rings[level].pop()
         }
@@ -95,7 +108,8 @@ final class ReadyRings {
     }
 
     deinit {
-        for level in 0..<ReadyRings.levels { unsafe rings[level].releaseAll() }
+        // The slots hold no references; a queue is freed drained, its rings empty.
+        for level in 0..<ReadyRings.levels { unsafe rings[level].slots?.deallocate() }
         unsafe rings.deinitialize(count: ReadyRings.levels)
         unsafe rings.deallocate()
     }
