@@ -36,9 +36,9 @@ final class QueueExecutionTests: XCTestCase {
         XCTAssertTrue(eventually(within: 60) { ops.allSatisfy(\.isFinished) })
         let r = names.locked { $0 }
         XCTAssertTrue(r[.background]!.0.hasPrefix("spindle-bg"), r[.background]!.0)
-        XCTAssertEqual(r[.background]!.1, 10)
+        XCTAssertEqual(r[.background]!.1, classNice(.background))
         XCTAssertTrue(r[.utility]!.0.hasPrefix("spindle-ut"))
-        XCTAssertEqual(r[.utility]!.1, 2)
+        XCTAssertEqual(r[.utility]!.1, classNice(.utility))
         XCTAssertTrue(r[.default]!.0.hasPrefix("spindle-w"))
         XCTAssertTrue(r[.userInteractive]!.0.hasPrefix("spindle-bg"), "queue QoS applies to operations without their own")
         let p = policies.locked { $0 }

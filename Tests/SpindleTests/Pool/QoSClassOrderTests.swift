@@ -28,6 +28,12 @@ final class QoSClassOrderTests: XCTestCase {
         }
     }
 
+    /// At process nice 0, the values the documentation's table gives.
+    func testAtNiceZeroTheClassesHaveTheDocumentedNiceValues() {
+        XCTAssertEqual(QoSPools.nices(around: 0), [10, 2, 0, -2, -4]) // background first
+        XCTAssertEqual(QoSTests.table.map(\.1), [-4, -2, 0, 2, 10])  // userInteractive first
+    }
+
     /// Prints, for each class, which pool runs it and what its worker sees of itself.
     func probe() throws {
         var lines: [String] = []

@@ -29,13 +29,16 @@ final class QoSTests: XCTestCase {
         (.utility, 2, "spindle-ut"), (.background, 10, "spindle-bg"),
     ]
 
+    /// The table's nice values are offsets from the process's nice (0 unless the suite
+    /// runs niced; `QoSClassOrderTests` checks the table at 0).
     func testNiceValuesMatchTheTable() throws {
         let privileged = getuid() == 0
-        for (qos, nice, prefix) in Self.table {
+        for (qos, _, prefix) in Self.table {
+            let nice = classNice(qos)
             let (seen, name) = try observe(qos) { (currentThreadNice(), currentThreadName()) }
             let pool = ThreadPool.forQualityOfService(qos)
             XCTAssertTrue(name.hasPrefix(prefix), "\(qos): thread \(name)")
-            if nice < 0 && !privileged {
+            if nice < Int(QoSPools.processNice) && !privileged {
                 // Refused: runs at the inherited nice and says why.
                 XCTAssertEqual(pool.niceError, EACCES, "\(qos)")
                 XCTAssertEqual(seen, Int(pool.effectiveNice), "\(qos)")
@@ -48,9 +51,9 @@ final class QoSTests: XCTestCase {
     }
 
     /// Runs the probe of ``testUnprivilegedProcessFallsBackForNegativeNice`` in a child
-    /// process as `nobody` (with `setpriv`), under `nice -n` when `nice` is given: its
-    /// output, its line for each class, and the refusal reports it printed.
-    func probeAsNobody(nice: Int? = nil) throws
+    /// process as `nobody` (with `setpriv`), at process nice `nice`: its output, its line
+    /// for each class, and the refusal reports it printed.
+    func probeAsNobody(nice: Int = 0) throws
         -> (text: String, line: (QualityOfService) -> String?, refusals: [String]) {
         let (status, text) = try runTestAsNobody("SpindleTests.QoSTests/testUnprivilegedProcessFallsBackForNegativeNice",
                                                  environment: ["SPINDLE_QOS_PROBE": "1"], nice: nice)
@@ -137,7 +140,9 @@ final class QoSTests: XCTestCase {
         guard getuid() == 0 else { throw XCTSkip("needs root to run the probe as root and as nobody") }
         let me = CommandLine.arguments[0], test = "SpindleTests.QoSTests/testClassPoolsFirstUsedFromBackgroundWorkRunAtTheirOwnClass"
         let env = ["SPINDLE_QOS_CREATOR_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"]
-        var runs = [("root", try runChild(me, [test], environment: env))]
+        // At nice 0, whatever the suite's own.
+        let command = niceCommand(0) + [me, test]
+        var runs = [("root", try runChild(command[0], Array(command.dropFirst()), environment: env))]
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") {
             runs.append(("nobody", try runTestAsNobody(test, environment: env)))
         }

@@ -172,20 +172,22 @@ func assertEndsCancelled<T: Sendable>(_ task: Task<T, any Error>, _ message: Str
 }
 
 /// Runs one test of this binary in a child process as the unprivileged user `nobody`
-/// (with `setpriv`), under `nice -n` when `nice` is given. The binary is first copied
+/// (with `setpriv`), at process nice `nice`. The binary is first copied
 /// to a folder `nobody` can read, and the child starts there: a checkout in a private
 /// folder (a 0700 `/root`) is out of its reach, and Foundation's bundle lookup would
 /// stop it before the first test. Throws XCTSkip without root or setpriv.
-func runTestAsNobody(_ test: String, environment: [String: String], nice: Int? = nil) throws
+func runTestAsNobody(_ test: String, environment: [String: String], nice: Int = 0) throws
     -> (status: Int32, output: String) {
     guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
     guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
-          nice == nil || FileManager.default.isExecutableFile(atPath: "/usr/bin/nice") else {
+          FileManager.default.isExecutableFile(atPath: "/usr/bin/nice") else {
         throw XCTSkip("no setpriv or nice")
     }
     let binary = try readableCopyOfTestBinary()
     let setpriv = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", binary, test]
-    let command = nice.map { niceCommand($0) + setpriv } ?? setpriv
+    // At the absolute nice the caller expects (0 unless it says), set while still root:
+    // the suite may itself run niced, and nobody could not lower it.
+    let command = niceCommand(nice) + setpriv
     var env = environment
     env["PATH"] = env["PATH"] ?? "/usr/bin:/bin"
     env["HOME"] = env["HOME"] ?? "/tmp"
@@ -200,6 +202,12 @@ func threadNice() -> Int {
     let n = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
     return errno == 0 ? Int(n) : 0
 }
+
+/// The nice that the workers of `qos` run at in this process: the class's offset from
+/// the process's own nice (`QoSPools.nices(around:)`, whose values at nice 0
+/// `QoSClassOrderTests` checks against the documented table), so that the suite passes
+/// when it is itself run niced.
+func classNice(_ qos: QualityOfService) -> Int { Int(QoSPools.nice(for: qos)) }
 
 /// `nice` putting the command after it at process nice `nice`, whatever this process's
 /// own (`nice -n` adds to the caller's: the suite may itself run niced).
