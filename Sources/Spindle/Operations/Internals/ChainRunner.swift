@@ -188,8 +188,15 @@ extension OperationQueue {
         }
     }
 
+    /// Dispatches each operation a scheduling step started: a switch, where a
+    /// `forEach` taking a closure would cost two calls for every operation of a
+    /// serial queue.
     func dispatch(_ ops: Startable, _ config: DispatchConfig) {
-        ops.forEach { dispatch($0, config) }
+        switch ops {
+        case .none: break
+        case .one(let u): unsafe u.withGuaranteedReference { dispatch($0, config) }
+        case .many(let all): for unsafe u in unsafe all { unsafe u.withGuaranteedReference { dispatch($0, config) } }
+        }
     }
 
     func dispatch(_ op: Operation, _ config: DispatchConfig) {

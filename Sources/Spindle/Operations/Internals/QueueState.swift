@@ -145,12 +145,4 @@ enum Startable {
     }
 
     var isEmpty: Bool { if case .none = self { return true } else { return false } }
-
-    func forEach(_ body: (Operation) -> Void) {
-        switch self {
-        case .none: break
-        case .one(let u): unsafe u.withGuaranteedReference(body)
-        case .many(let all): for unsafe u in unsafe all { unsafe u.withGuaranteedReference(body) }
-        }
-    }
 }
