@@ -9,9 +9,9 @@ import Synchronization
 // holds, which its ready rings and the operations it starts borrow. The workers that
 // finish operations never touch it: finished ones (`QueueSync.done`) are unlinked
 // lazily by the thread adding operations (`prune`) once no ready ring and no runner
-// uses them, and all at once when the queue drains (`unlinkAll`). References are released outside the lock, in a chain built through
-// `QueueFields.next` (`OperationQueue.release`), because a release may run a deinit and
-// user code.
+// uses them, and all at once when the queue drains (`unlinkAll`). References are
+// released outside the lock, in a chain built through `QueueFields.next`
+// (`OperationQueue.release`), because a release may run a deinit and user code.
 //
 // Rejected: keeping the operations the block form makes for reuse. Nothing outside the
 // queue can reach them, so a finished one could be reset and handed to the next block
@@ -65,12 +65,11 @@ extension OperationQueue.State {
     /// The finished operations are kept 64 behind the workers, and one is taken
     /// only once its runner is done with it (`QueueSync.runState`) and no ready ring
     /// holds it (one that finished without starting may still sit in one: `retired`,
-    /// `inRing`): the release here
-    /// is then the last, and the memory is freed on this thread — which allocates
-    /// the next operation from the same thread cache. Were the workers to free
-    /// operations instead, glibc would serve every allocation here from its slow path
-    /// (a thread cache that only allocates never gets memory back). The lag also keeps
-    /// this thread from reading lines the workers still write.
+    /// `inRing`): the release here is then the last, and the memory is freed on this
+    /// thread — which allocates the next operation from the same thread cache. Were
+    /// the workers to free operations instead, glibc would serve every allocation here
+    /// from its slow path (a thread cache that only allocates never gets memory back).
+    /// The lag also keeps this thread from reading lines the workers still write.
     mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
         if unsafe linked > unfinished + 64 {
             var cursor = unsafe head, steps = 0, unlinked = 0
