@@ -296,10 +296,11 @@ final class QueueSchedulingTests: XCTestCase {
     }
 
     func testTheListKeepsAnOperationWhileAReadyRingHoldsIt() {
-        // The ready rings hold operations unretained; an operation cancelled while it
-        // waits there finishes without starting (`retired`) and stays in its ring until
-        // a scheduling pass skips it. Step by step, without the scheduler: pruning must
-        // not release it meanwhile, and a drain empties the rings before it releases.
+        // The ready rings hold operations unretained; an operation that finishes
+        // without starting while it waits there (one of a class that reports itself
+        // finished: `retired`) stays in its ring until a scheduling pass skips it. Step
+        // by step, without the scheduler: pruning must not release it meanwhile, and a
+        // drain empties the rings before it releases.
         var state = OperationQueue.State(name: "ring-protocol")
         var weaks: [Weak<Operation>] = []
         for _ in 0..<400 {

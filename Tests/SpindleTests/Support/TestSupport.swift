@@ -172,10 +172,10 @@ func assertEndsCancelled<T: Sendable>(_ task: Task<T, any Error>, _ message: Str
 }
 
 /// Runs one test of this binary in a child process as the unprivileged user `nobody`
-/// (with `setpriv`), at process nice `nice`. The binary is first copied
-/// to a folder `nobody` can read, and the child starts there: a checkout in a private
-/// folder (a 0700 `/root`) is out of its reach, and Foundation's bundle lookup would
-/// stop it before the first test. Throws XCTSkip without root or setpriv.
+/// (with `setpriv`), at process nice `nice`. The binary is first copied to a folder
+/// `nobody` can read, and the child starts there: a checkout in a private folder (a
+/// 0700 `/root`) is out of its reach, and Foundation's bundle lookup would stop it
+/// before the first test. Throws XCTSkip without root, setpriv or nice.
 func runTestAsNobody(_ test: String, environment: [String: String], nice: Int = 0) throws
     -> (status: Int32, output: String) {
     guard getuid() == 0 else { throw XCTSkip("needs root to drop to an unprivileged user") }
