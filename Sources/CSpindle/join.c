@@ -31,11 +31,12 @@
  * dequeued, even by a pool that is cancelling: the task that forked it is running and
  * needs its result.
  *
- * Swift's `join` enters through spindle_swift_fork_join, declared with clang's
- * `swiftcall`: it receives each closure as the two words Swift passes it in and calls
- * them as Swift would. The frame borrows those words — both closures are arguments of
- * the call, so they outlive the frame — which is what keeps a Swift fork free of
- * allocation and reference counting (the reasons are in spindle.h).
+ * Swift's `join` enters through spindle_swift_fork and spindle_swift_join, declared
+ * with clang's `swiftcall`: each receives the offered closure as the two words Swift
+ * passes it in, and calls it as Swift would. The frame borrows those words — Swift
+ * passes the same closure to both calls, so it outlives the frame — which is what keeps
+ * a Swift fork free of allocation and reference counting (the reasons are in
+ * spindle.h). The other half is a plain Swift call between the two.
  */
 #include "internal.h"
 
@@ -121,8 +122,11 @@ static void frame_run(spindle_task *task, spindle_run_reason reason) {
     latch_set(frame_latch(f), waiter);
 }
 
-void spindle_fork(spindle_pool *pool, spindle_join_frame *f) {
-    f->task.run = frame_run;
+/* Publishes a frame whose `fn`/`ctx` are set: on the calling worker's deque, on the
+ * injector from outside the pool, or nowhere (FRAME_INLINE). `run` is how a thief calls
+ * the offered half. */
+static inline void fork_frame(spindle_pool *pool, spindle_join_frame *f, spindle_task_fn run) {
+    f->task.run = run;
     atomic_init(frame_latch(f), SPINDLE_LATCH_UNSET);
     spindle_worker *w = spindle_tls_worker;
     if (w && w->pool == pool) {
@@ -141,6 +145,8 @@ void spindle_fork(spindle_pool *pool, spindle_join_frame *f) {
     /* A pool that is shutting down refuses outside work: the caller runs both halves. */
     f->spindle_flags = spindle_submit_task(pool, &f->task) == 0 ? FRAME_REMOTE : FRAME_INLINE;
 }
+
+void spindle_fork(spindle_pool *pool, spindle_join_frame *f) { fork_frame(pool, f, frame_run); }
 
 bool spindle_join(spindle_pool *pool, spindle_join_frame *f) {
     (void)pool;
@@ -163,25 +169,36 @@ bool spindle_join(spindle_pool *pool, spindle_join_frame *f) {
 #ifdef SPINDLE_HAS_SWIFTCALL
 typedef void (*swift_closure_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall));
 
-/* A Swift closure's two words, for a frame whose `fn` is call_swift_closure. */
-typedef struct swift_closure {
-    swift_closure_fn fn;
-    void *ctx;
-} swift_closure;
-
-static void call_swift_closure(void *ctx) {
-    const swift_closure *c = ctx;
-    c->fn(c->ctx);
+/* The offered half of a Swift fork, run by a thief: the frame's `fn` holds the
+ * closure's entry point (a swiftcall function, stored through a plain function pointer
+ * type and cast back here) and `ctx` its context. */
+static void frame_run_swift(spindle_task *task, spindle_run_reason reason) {
+    (void)reason; /* as frame_run */
+    spindle_join_frame *f = (spindle_join_frame *)(void *)task;
+    spindle_worker *waiter = f->spindle_waiter; /* before the latch is set (L2) */
+    ((swift_closure_fn)(void (*)(void))f->fn)(f->ctx);
+    latch_set(frame_latch(f), waiter);
 }
 
-__attribute__((swiftcall)) void spindle_swift_fork_join(spindle_pool *pool, swift_closure_fn here_fn,
-                                                        void *here_ctx, swift_closure_fn offered_fn,
-                                                        void *offered_ctx) {
-    swift_closure offered = {offered_fn, offered_ctx};
-    spindle_join_frame f = {.fn = call_swift_closure, .ctx = &offered};
-    spindle_fork(pool, &f);
-    here_fn(here_ctx);
-    if (spindle_join(pool, &f)) offered_fn(offered_ctx);
+__attribute__((swiftcall)) void spindle_swift_fork(spindle_pool *pool, spindle_join_frame *f,
+                                                   swift_closure_fn offered_fn, void *offered_ctx) {
+    f->fn = (void (*)(void *))(void (*)(void))offered_fn;
+    f->ctx = offered_ctx;
+    fork_frame(pool, f, frame_run_swift);
+}
+
+__attribute__((swiftcall)) void spindle_swift_join(spindle_pool *pool, spindle_join_frame *f,
+                                                   swift_closure_fn offered_fn, void *offered_ctx) {
+    /* The same closure, at the same address, as at the fork (spindle.h): anything else
+     * means a thief may have called a context that no longer exists. */
+    if (__builtin_expect(f->ctx != offered_ctx ||
+                             f->fn != (void (*)(void *))(void (*)(void))offered_fn,
+                         0)) {
+        spindle_log(SPINDLE_LOG_ERROR,
+                    "spindle_swift_join: the offered closure is not the one spindle_swift_fork published");
+        abort();
+    }
+    if (spindle_join(pool, f)) offered_fn(offered_ctx);
 }
 #endif
 

@@ -428,22 +428,30 @@ bool spindle_join(spindle_pool *pool, spindle_join_frame *frame);
 #define SPINDLE_HAS_SWIFTCALL 1
 /**
  * Fork-join for the Swift layer, called with Swift's calling convention (clang's
- * `swiftcall`). Each closure arrives as the two words Swift passes a `() -> Void`
- * argument in — entry point and context — and is called the way Swift calls a closure,
- * with the context in the `swiftself` register. `offered` is forked, `here` runs on the
- * calling thread, then the join: `offered` runs inline when nobody stole it.
+ * `swiftcall`). The offered closure arrives as the two words Swift passes a
+ * `() -> Void` argument in — entry point and context — and is called the way Swift
+ * calls a closure, with the context in the `swiftself` register.
+ *
+ * `spindle_swift_fork` stores the closure's words in `frame` and forks it, the caller
+ * runs its own half as plain Swift code, and `spindle_swift_join` joins: the closure
+ * runs inline there when nobody stole it. The caller passes the same closure value to
+ * both calls, and Swift keeps a closure's context alive until its last use, so the
+ * words in the frame stay valid until the join returns; the join traps if it is handed
+ * other words than the fork was.
  *
  * Why in C: Swift can only store a closure that is not `@escaping` by first wrapping it
  * in a heap object (`withoutActuallyEscaping`), and the wrapper's allocation, retains
- * and escape check cost more than the rest of a fork. Here the words are only borrowed:
- * both closures are arguments of this call, so they outlive the frame that points at
- * `offered`, and any thief finishes with them before `spindle_join` returns.
- * The Swift side declares it with `@_silgen_name` (Sources/Spindle/Runtime/UnsafeABI.swift).
- * Compilers without `swiftcall`, such as gcc, do not get this declaration.
+ * and escape check cost more than the rest of a fork. Here the words are only borrowed,
+ * and any thief finishes with them before `spindle_swift_join` returns. The caller's
+ * own half is not passed in: called from Swift, it is inlined into the caller.
+ * The Swift side declares them with `@_silgen_name` (Sources/Spindle/Runtime/UnsafeABI.swift).
+ * Compilers without `swiftcall`, such as gcc, do not get these declarations.
  */
-__attribute__((swiftcall)) void spindle_swift_fork_join(
-    spindle_pool *pool,
-    void (*here_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall)), void *here_ctx,
+__attribute__((swiftcall)) void spindle_swift_fork(
+    spindle_pool *pool, spindle_join_frame *frame,
+    void (*offered_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall)), void *offered_ctx);
+__attribute__((swiftcall)) void spindle_swift_join(
+    spindle_pool *pool, spindle_join_frame *frame,
     void (*offered_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall)), void *offered_ctx);
 #endif
 #endif

@@ -29,23 +29,22 @@ extension ThreadPool {
     /// ```
     ///
     /// Why a fork is cheap (the `fork-join` case in docs/performance.md): the closures
-    /// are not `@escaping`, so their contexts live on this stack frame, and the engine
-    /// borrows them rather than owning them. Rejected on this path: storing `b` through
+    /// are not `@escaping`, so their contexts live on this stack frame; `a` is called
+    /// here, inlined into the caller with `join` itself, and the engine borrows `b`
+    /// rather than owning it. Rejected on this path: handing both halves to one call
+    /// into the engine, which makes `a` a closure call behind a thunk; storing `b` through
     /// `withoutActuallyEscaping` (a heap wrapper, its retains and an escape check per
     /// fork: what `joinPortable` does); a generic runner behind an existential (runtime
     /// metadata lookups); and any form that retains the pool object per fork, which every
     /// worker does at once, so that its reference count's cache line bounces between
     /// cores.
-    @inlinable
+    @inlinable @inline(__always)
     public func join<A, B: Sendable, E: Swift.Error>(
         _ a: () throws(E) -> A, _ b: @Sendable () -> B
     ) throws(E) -> (A, B) {
         var resultA: A? = nil
         var resultB: B? = nil
         var failure: E? = nil
-        // Both halves become `() -> Void` closures with contexts on this stack frame;
-        // the engine borrows them for the duration of the call (see
-        // `spindle_swift_fork_join`): no allocation, no reference counting.
         #if SPINDLE_PORTABLE_JOIN
         joinPortable(
             {
@@ -53,18 +52,37 @@ extension ThreadPool {
             },
             { resultB = b() })
         #else
-        unsafe _spindleSwiftForkJoin(
-            raw,
-            {
-                do throws(E) { resultA = try a() } catch { failure = error }
-            },
-            { resultB = b() })
+        // `b` becomes a `() -> Void` closure with its context on this stack frame, which
+        // the engine borrows until the join (`forkJoin(offering:running:)`): no
+        // allocation, no reference counting. `a` runs here, inlined.
+        forkJoin(offering: { resultB = b() }) {
+            do throws(E) { resultA = try a() } catch { failure = error }
+        }
         #endif
         // `b` has finished by now, whether or not `a` threw: it may have been using
         // memory the caller owns.
         if let failure { throw failure }
         return unsafe (resultA.unsafelyUnwrapped, resultB.unsafelyUnwrapped)
     }
+
+    #if !SPINDLE_PORTABLE_JOIN
+    /// Forks `offered`, runs `here`, and joins: `offered` runs here too unless a worker
+    /// stole it, and has finished either way when this returns.
+    ///
+    /// Both calls into the engine get the same closure, which keeps its context alive
+    /// until the second (see `spindle_swift_fork` in spindle.h). Inlined, so that `here`
+    /// is plain code in the caller, with no closure call of its own: the per-fork cost
+    /// that rayon's inlined `join` does not pay.
+    @usableFromInline @inline(__always)
+    func forkJoin(offering offered: () -> Void, running here: () -> Void) {
+        var frame = unsafe spindle_join_frame()
+        unsafe withUnsafeMutablePointer(to: &frame) { frame in
+            unsafe _spindleSwiftFork(raw, frame, offered)
+            here()
+            unsafe _spindleSwiftJoin(raw, frame, offered)
+        }
+    }
+    #endif
 
     /// The fork-join of ``join(_:_:)`` through the engine's plain C interface
     /// (`spindle_fork`/`spindle_join`), for a toolchain whose C compiler lacks

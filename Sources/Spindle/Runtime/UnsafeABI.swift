@@ -106,17 +106,25 @@ extension Unmanaged {
     }
 }
 
-/// `spindle_swift_fork_join` (Sources/CSpindle/join.c), written in C with Swift's
-/// calling convention: it receives each closure as its two words and calls them as
-/// Swift would. The declaration's parameter types are its contract; see the C side for
-/// why this is not a Swift function.
+/// `spindle_swift_fork` and `spindle_swift_join` (Sources/CSpindle/join.c), written in
+/// C with Swift's calling convention: each receives the offered closure as its two
+/// words and the join calls it as Swift would. The declarations' parameter types are
+/// their contract; see the C side for why this is not Swift.
 ///
-/// safety: both closures are non-escaping arguments of this call, so their contexts
-/// outlive it; the engine borrows them only until `spindle_join` returns, before this
-/// call does. The C function must be compiled with `swiftcall` and `swift_context`,
-/// which clang provides on the platforms Swift runs on; the portable join
-/// (`joinPortable`) is the fallback for a compiler without them
-/// (`-D SPINDLE_PORTABLE_JOIN`).
+/// safety: the caller passes the same non-escaping closure to both, and `frame` stays
+/// in place between them (`ThreadPool.forkJoin(offering:running:)`). A closure lives
+/// until its last use, the join, so its context outlives every thief's call of it;
+/// the join traps if handed other words than the fork was. The C functions must be
+/// compiled with `swiftcall` and `swift_context`, which clang provides on the
+/// platforms Swift runs on; the portable join (`joinPortable`) is the fallback for a
+/// compiler without them (`-D SPINDLE_PORTABLE_JOIN`).
 @usableFromInline
-@_silgen_name("spindle_swift_fork_join")
-internal func _spindleSwiftForkJoin(_ pool: OpaquePointer, _ here: () -> Void, _ offered: () -> Void)
+@_silgen_name("spindle_swift_fork")
+internal func _spindleSwiftFork(
+    _ pool: OpaquePointer, _ frame: UnsafeMutablePointer<spindle_join_frame>, _ offered: () -> Void)
+
+/// See `_spindleSwiftFork`.
+@usableFromInline
+@_silgen_name("spindle_swift_join")
+internal func _spindleSwiftJoin(
+    _ pool: OpaquePointer, _ frame: UnsafeMutablePointer<spindle_join_frame>, _ offered: () -> Void)

@@ -35,6 +35,21 @@ final class MisuseTests: XCTestCase {
         try expectTrap("width-minus-five", message: "maxConcurrentOperationCount must be -1 (the default) or >= 0, got -5")
     }
     func testATaskNodeFreedTwice() throws { try expectTrap("task-node-double-free", message: "freed twice") }
+    /// The Swift fork-join's guard against a closure whose context a thief could no
+    /// longer call: the join must be handed the closure the fork published.
+    func testAJoinHandedAnotherClosureThanItsFork() throws {
+        try expectTrap("swift-join-other-closure", message: "is not the one spindle_swift_fork published")
+    }
+}
+
+/// Forks `offered` and joins with `other`: both stay alive for the whole call, so a
+/// worker that steals the fork still calls a live closure.
+private func forkThenJoinAnother(_ pool: ThreadPool, _ offered: () -> Void, _ other: () -> Void) {
+    var frame = spindle_join_frame()
+    withUnsafeMutablePointer(to: &frame) { frame in
+        _spindleSwiftFork(pool.raw, frame, offered)
+        _spindleSwiftJoin(pool.raw, frame, other)
+    }
 }
 
 /// The child side of ``MisuseTests``: does nothing unless SPINDLE_MISUSE is set.
@@ -49,6 +64,10 @@ final class MisuseProbe: XCTestCase {
             let op = BlockOperation {}
             op.addDependency(BlockOperation {})
             op.start()
+        case "swift-join-other-closure":
+            let pool = try ThreadPool(workers: 1)
+            let counter = Atomic<Int>(0)
+            forkThenJoinAnother(pool, { counter.add(1, ordering: .relaxed) }, { counter.add(2, ordering: .relaxed) })
         case "task-node-double-free":
             let node = spindle_task_alloc(40)
             spindle_task_free(node)

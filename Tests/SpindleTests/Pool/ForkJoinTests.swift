@@ -164,6 +164,42 @@ final class ForkJoinTests: XCTestCase {
         XCTAssertEqual(counter.released.load(ordering: .relaxed), 2 * rounds)
     }
 
+    /// The offered half taken by another worker: the thief calls the closure through
+    /// the words the fork stored (`spindle_swift_fork`), while the joining thread is
+    /// still in its own half. Here that half waits until the offered one has run, so
+    /// every round takes the stolen path; the other worker is idle, and a fork wakes
+    /// an idle worker (park.c), so the wait ends. The offered half's result and the
+    /// release of what it captured must come through.
+    func testAStolenOfferedHalfRunsOnTheThiefWithItsResultAndCaptures() throws {
+        let pool = try ThreadPool(workers: 2)
+        let counter = ReleaseCounter()
+        let rounds = Stress.count(300)
+        let onThief = pool.run { () -> Int in
+            var stolen = 0
+            for i in 0..<rounds {
+                let offeredRan = Atomic<Bool>(false)
+                let joiner = pthread_self()
+                let token = Token(counter)
+                let (a, b) = pool.join({ () -> Int in
+                    // Acquiring: pairs with the thief's releasing store.
+                    while !offeredRan.load(ordering: .acquiring) { sched_yield() }
+                    return i
+                }, { [token] () -> (String, Bool) in
+                    let elsewhere = pthread_equal(pthread_self(), joiner) == 0
+                    offeredRan.store(true, ordering: .releasing)
+                    return ("offered \(i) \(ObjectIdentifier(token))", elsewhere)
+                })
+                XCTAssertEqual(a, i)
+                XCTAssertTrue(b.0.hasPrefix("offered \(i) "))
+                if b.1 { stolen += 1 }
+            }
+            return stolen
+        }
+        XCTAssertEqual(onThief, rounds, "every offered half should have run on the other worker")
+        XCTAssertEqual(counter.released.load(ordering: .relaxed), rounds)
+        try pool.shutdown()
+    }
+
     func testJoinThrowsTheFirstHalfsTypedError() throws {
         enum Parse: Error, Equatable { case bad(Int) }
         let pool = try ThreadPool(workers: 2)

@@ -56,9 +56,10 @@ final class UnsafeABITests: XCTestCase {
     }
 
     func testTheSwiftcallForkJoinPassesBothClosuresAndTheirContexts() throws {
-        // `spindle_swift_fork_join` receives each closure as two words and calls it
-        // with Swift's convention: wrong words or a wrong register would crash or mix
-        // up the results. Captured state on both sides, and many forks, from outside
+        // `spindle_swift_fork` and `spindle_swift_join` receive the offered closure as
+        // two words and call it with Swift's convention, while the other half runs in
+        // Swift between them: wrong words or a wrong register would crash or mix up
+        // the results. Captured state on both sides, and many forks, from outside
         // the pool and from a worker.
         let pool = try ThreadPool(workers: 2)
         let (a, b) = pool.join({ "here" + String(1) }, { "offered" + String(2) })
