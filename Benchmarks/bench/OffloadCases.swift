@@ -60,13 +60,14 @@ func asyncOffloadCase(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) thr
     let expected = (0..<concurrency).reduce(0) { sum, t in
         (0..<perTask).reduce(sum) { $0 &+ offloadWork(t * perTask + $1) }
     }
-    func system(_ name: String, _ offload: @escaping @Sendable (Int) async throws -> Int) -> SystemRun {
+    func system(_ name: String, preferring executor: ThreadPool? = nil,
+                _ offload: @escaping @Sendable (Int) async throws -> Int) -> SystemRun {
         SystemRun(name: name) {
             let (ns, sum) = try timed {
                 try awaitFromThread {
                     try await withThrowingTaskGroup(of: Int.self) { group in
                         for t in 0..<concurrency {
-                            group.addTask {
+                            group.addTask(executorPreference: executor) {
                                 var acc = 0
                                 for i in 0..<perTask { acc = acc &+ (try await offload(t * perTask + i)) }
                                 return acc
@@ -82,13 +83,14 @@ func asyncOffloadCase(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) thr
     }
     let queue = Spindle.OperationQueue()
     var result = try measure("async-offload", tasks: total, reps: reps, reference: "nio",
-                             alsoVs: [("spindle", "inline")], [
+                             alsoVs: [("spindle", "detached"), ("spindle-preferred", "detached")], [
         system("spindle") { i in try await pool.run { offloadWork(i) } },
         system("spindle-queue") { i in try await queue.run { offloadWork(i) } },
+        system("spindle-preferred", preferring: pool) { i in try await pool.run { offloadWork(i) } },
         system("nio") { i in try await nio.pool.runIfActive { offloadWork(i) } },
         system("detached") { i in await Task.detached { offloadWork(i) }.value },
         system("inline") { i in offloadWork(i) },
     ])
-    result.note = "\(concurrency) tasks, each awaiting \(perTask) offloads in turn; spindle-queue: an OperationQueue's run; inline: the work called in the task, no offload"
+    result.note = "\(concurrency) tasks, each awaiting \(perTask) offloads in turn; spindle-queue: an OperationQueue's run; spindle-preferred: the tasks prefer the pool as their executor, so each run is a call on the worker the task runs on; inline: the work called in the task, no offload"
     return result
 }
