@@ -12,7 +12,7 @@ extension Operation {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let registered = guarded.locked { g -> Bool in
                 if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
-                unsafe g.waiters.append(Waiter(continuation: c))
+                unsafe g.makeExtras().waiters.append(Waiter(continuation: c))
                 return true
             }
             if !registered { c.resume() }

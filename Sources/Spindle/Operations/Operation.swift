@@ -408,7 +408,7 @@ open class Operation: @unchecked Sendable {
         // one lock, and gets the notification's effect directly (as `start()` does).
         let plain = isPlainClass
         let added = guarded.locked { g -> Bool in
-            if g.dependencies.contains(where: { $0 === op }) { return false }
+            if g.dependencies.contains(identical: op) { return false }
             g.dependencies.append(op)
             if plain { g.unfinished += 1 }
             return true

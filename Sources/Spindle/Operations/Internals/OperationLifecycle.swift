@@ -248,9 +248,10 @@ extension Operation {
         finishCompleted.store(true, ordering: .sequentiallyConsistent)
         guard hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) else { return }
         let waiters = unsafe guarded.locked { g -> [Waiter] in
-            let w = unsafe g.waiters
-            unsafe g.waiters = unsafe []
-            g.extras?.observers = []
+            guard let extras = g.extras else { return unsafe [] }
+            let w = unsafe extras.waiters
+            unsafe extras.waiters = unsafe []
+            extras.observers = []
             return unsafe w
         }
         for unsafe w in unsafe waiters { unsafe w.signal() }

@@ -9,18 +9,26 @@ import Synchronization
 // flags (OperationLifecycle.swift), the queue's fields (QueueFields.swift).
 
 extension Operation {
-    /// Fields used by few operations live out of line, to keep a queued operation small.
+    /// Fields used by few operations live out of line, made on first use.
     ///
-    /// Small for memory (a BlockOperation is one allocation of at most 256 bytes), not for speed. Not
-    /// pursued: ordering the stored properties so that the ones the workers touch share
-    /// fewer cache lines, or shrinking the object further. A cache line more or less
-    /// shared with the workers is below what the `operation-throughput` benchmark
-    /// resolves (docs/performance.md), so the layout stays in the order that reads best,
-    /// with `engineTask` first.
+    /// For memory: a BlockOperation is one allocation of at most 256 bytes. And for the
+    /// one cost of the layout that counts: each field left in `Guarded` is destroyed
+    /// with every operation, and releasing even an empty array is a call into the
+    /// runtime. Not pursued: ordering the stored properties so that the ones the
+    /// workers touch share fewer cache lines, or shrinking the object further. A cache
+    /// line more or less shared with the workers is below what the
+    /// `operation-throughput` benchmark resolves (docs/performance.md), so the layout
+    /// stays in the order that reads best, with `engineTask` first.
+    @safe
     final class Extras: @unchecked Sendable {
+        // safety: each waiter's latch stays valid until the waiter is signalled, once,
+        // after it is taken off this list under the operation's lock (Waiter.swift).
+        // @unchecked: every field is read and written under the operation's lock.
         var name: String?
         var threadPriority: Double = 0.5
         var observers: [@Sendable (StateChange) -> Void] = []
+        /// Threads and tasks waiting for the operation to finish (F6).
+        var waiters: [Waiter] = unsafe []
     }
 
     @safe
@@ -35,10 +43,17 @@ extension Operation {
         /// its deinit (see `Dependents` for why that is safe).
         var dependents = unsafe Dependents.none
         var completionBlock: (@Sendable () -> Void)?
-        var waiters: [Waiter] = unsafe []
         var qualityOfService: QualityOfService = .default
         var qosExplicit = false
         var extras: Extras?
+
+        /// The out-of-line fields, created on first use.
+        mutating func makeExtras() -> Extras {
+            if let extras { return extras }
+            let made = Extras()
+            extras = made
+            return made
+        }
     }
 
     func describe() -> String {
@@ -48,10 +63,7 @@ extension Operation {
 
     /// Runs `body` on the out-of-line fields, creating them on first use, under the lock.
     func withExtras(_ body: (Extras) -> Void) {
-        guarded.locked { g in
-            if g.extras == nil { g.extras = Extras() }
-            body(g.extras!)
-        }
+        guarded.locked { g in body(g.makeExtras()) }
     }
 
     func notify(_ change: StateChange) {
@@ -87,36 +99,54 @@ extension Operation {
 struct DependencyList: Sequence {
     /// The first dependency; nil only when there is none (`rest` is then empty too).
     private(set) var head: Operation?
-    private var rest: [Operation] = []
+    /// The others, nil until there is a second: an empty array would still cost a
+    /// release, a call into the runtime, when every operation is destroyed.
+    private var rest: [Operation]? = nil
 
     init() {}
 
     var isEmpty: Bool { head == nil }
-    var count: Int { head == nil ? 0 : 1 + rest.count }
+    var count: Int { head == nil ? 0 : 1 + (rest?.count ?? 0) }
 
+    @inline(__always)
     mutating func append(_ op: Operation) {
-        if head == nil { head = op } else { rest.append(op) }
+        if head == nil {
+            head = op
+        } else if rest == nil {
+            rest = [op]
+        } else {
+            rest!.append(op) // in place: `!` on a stored optional does not copy
+        }
+    }
+
+    /// Whether `op` is listed (by identity), without iterating, which would retain each.
+    func contains(identical op: Operation) -> Bool {
+        if head === op { return true }
+        return rest?.contains(where: { $0 === op }) ?? false
     }
 
     /// Removes `op` (by identity), keeping the others' order; whether it was there.
     mutating func remove(_ op: Operation) -> Bool {
         if head === op {
-            head = rest.isEmpty ? nil : rest.removeFirst()
+            head = rest?.first
+            if head != nil { rest!.removeFirst() }
+            if rest?.isEmpty == true { rest = nil }
             return true
         }
-        guard let i = rest.firstIndex(where: { $0 === op }) else { return false }
-        rest.remove(at: i)
+        guard let i = rest?.firstIndex(where: { $0 === op }) else { return false }
+        rest!.remove(at: i)
+        if rest!.isEmpty { rest = nil }
         return true
     }
 
     struct Iterator: IteratorProtocol {
         fileprivate var head: Operation?
-        fileprivate var rest: IndexingIterator<[Operation]>
+        fileprivate var rest: IndexingIterator<[Operation]>?
         mutating func next() -> Operation? {
             if let h = head { head = nil; return h }
-            return rest.next()
+            return rest?.next()
         }
     }
 
-    func makeIterator() -> Iterator { Iterator(head: head, rest: rest.makeIterator()) }
+    func makeIterator() -> Iterator { Iterator(head: head, rest: rest?.makeIterator()) }
 }
