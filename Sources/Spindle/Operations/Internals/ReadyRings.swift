@@ -87,18 +87,18 @@ final class ReadyRings {
     /// lock, like the rings.
     @exclusivity(unchecked) private var nonEmpty: UInt8 = 0
 
-    var isEmpty: Bool { nonEmpty == 0 }
+    var isEmpty: Bool { unsafe nonEmpty == 0 }
 
     func push(_ op: Operation, level: Int) {
         unsafe rings[level].push(op)
-        nonEmpty |= 1 << level
+        unsafe nonEmpty |= 1 << level
     }
 
     /// Empties every ring: for a drained queue, whose rings can hold only operations
     /// that finished without starting, before its list releases them.
     func clear() {
         for level in 0..<ReadyRings.levels { unsafe rings[level].clear() }
-        nonEmpty = 0
+        unsafe nonEmpty = 0
     }
 
     /// Takes `op` out of whichever ring holds it, keeping the others' order; false when
@@ -106,7 +106,7 @@ final class ReadyRings {
     /// change of an operation that waits for its turn.
     func remove(_ op: Operation) -> Bool {
         for level in 0..<ReadyRings.levels where unsafe rings[level].remove(op) {
-            if unsafe rings[level].count == 0 { nonEmpty &= ~(1 << level) }
+            if unsafe rings[level].count == 0 { unsafe nonEmpty &= ~(1 << level) }
             return true
         }
         return false
@@ -115,10 +115,10 @@ final class ReadyRings {
     /// The oldest operation of the highest non-empty level: unretained, alive while
     /// the caller holds the queue's lock (the list holds it).
     func pop() -> Unmanaged<Operation>? {
-        guard nonEmpty != 0 else { return nil }
-        let level = UInt8.bitWidth - 1 - nonEmpty.leadingZeroBitCount
+        guard unsafe nonEmpty != 0 else { return nil }
+        let level = unsafe UInt8.bitWidth - 1 - nonEmpty.leadingZeroBitCount
         let u = unsafe rings[level].pop()
-        if unsafe rings[level].count == 0 { nonEmpty &= ~(1 << level) }
+        if unsafe rings[level].count == 0 { unsafe nonEmpty &= ~(1 << level) }
         return unsafe u
     }
 
