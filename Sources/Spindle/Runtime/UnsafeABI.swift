@@ -112,8 +112,9 @@ extension Unmanaged {
 /// their contract; see the C side for why this is not Swift.
 ///
 /// safety: the caller passes the same non-escaping closure to both, and `frame` stays
-/// in place between them (`ThreadPool.forkJoin(offering:running:)`). A closure lives
-/// until its last use, the join, so its context outlives every thief's call of it;
+/// in place between them (both calls are made inside one function that receives the
+/// closure as its argument). A closure lives until its last use, the join, so its
+/// context outlives every thief's call of it;
 /// the join traps if handed other words than the fork was. The C functions must be
 /// compiled with `swiftcall` and `swift_context`, which clang provides on the
 /// platforms Swift runs on; the portable join (`joinPortable`) is the fallback for a
