@@ -114,11 +114,11 @@ extension Unmanaged {
 /// safety: the caller passes the same non-escaping closure to both, and `frame` stays
 /// in place between them (both calls are made inside one function that receives the
 /// closure as its argument). A closure lives until its last use, the join, so its
-/// context outlives every thief's call of it;
-/// the join traps if handed other words than the fork was. The C functions must be
-/// compiled with `swiftcall` and `swift_context`, which clang provides on the
-/// platforms Swift runs on; the portable join (`joinPortable`) is the fallback for a
-/// compiler without them (`-D SPINDLE_PORTABLE_JOIN`).
+/// context outlives every thief's call of it; the join traps if handed other words
+/// than the fork was. The C functions must be compiled with `swiftcall` and
+/// `swift_context`, which clang provides on the platforms Swift runs on; the portable
+/// join (`joinPortable`) is the fallback for a compiler without them
+/// (`-D SPINDLE_PORTABLE_JOIN`).
 @usableFromInline
 @_silgen_name("spindle_swift_fork")
 internal func _spindleSwiftFork(

@@ -97,7 +97,7 @@ extension Operation {
 /// allocates nothing for it, where an array would cost a malloc and a free per
 /// operation.
 struct DependencyList: Sequence {
-    /// The first dependency; nil only when there is none (`rest` is then empty too).
+    /// The first dependency; nil only when there is none (`rest` is then nil too).
     private(set) var head: Operation?
     /// The others, nil until there is a second: an empty array would still cost a
     /// release, a call into the runtime, when every operation is destroyed.
