@@ -99,8 +99,9 @@ extension Operation {
 struct DependencyList: Sequence {
     /// The first dependency; nil only when there is none (`rest` is then nil too).
     private(set) var head: Operation?
-    /// The others, nil until there is a second: an empty array would still cost a
-    /// release, a call into the runtime, when every operation is destroyed.
+    /// The others, nil until there is a second and again once none is left: an empty
+    /// array would still cost a release, a call into the runtime, when every operation
+    /// is destroyed.
     private var rest: [Operation]? = nil
 
     init() {}
@@ -128,8 +129,7 @@ struct DependencyList: Sequence {
     /// Removes `op` (by identity), keeping the others' order; whether it was there.
     mutating func remove(_ op: Operation) -> Bool {
         if head === op {
-            head = rest?.first
-            if head != nil { rest!.removeFirst() }
+            head = rest?.removeFirst() // `rest` is nil or holds one at least
             if rest?.isEmpty == true { rest = nil }
             return true
         }
