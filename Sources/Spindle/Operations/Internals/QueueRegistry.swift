@@ -70,13 +70,20 @@ extension OperationQueue.State {
     /// the workers to free operations instead, glibc would serve every allocation here
     /// from its slow path (a thread cache that only allocates never gets memory back).
     /// The lag also keeps this thread from reading lines the workers still write.
+    /// Whether the list may let `op` go: it has finished, its runner is done with it,
+    /// and no ready ring holds it (see `prune`).
+    @inline(__always)
+    static func mayRelease(_ op: Operation) -> Bool {
+        unsafe op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone && !op.queueFields.inRing
+    }
+
     mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
         if unsafe linked > unfinished + 64 {
             var cursor = unsafe head, steps = 0, unlinked = 0
             while let u = unsafe cursor, steps < 4, unlinked < 2 {
                 unsafe cursor = unsafe u.withGuaranteedReference { op in
                     let next = unsafe op.queueFields.next
-                    if unsafe op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone && !op.queueFields.inRing {
+                    if unsafe Self.mayRelease(op) {
                         unsafe unlink(op, onto: &released)
                         unlinked += 1
                     }
@@ -90,7 +97,7 @@ extension OperationQueue.State {
         while let u = unsafe cursor {
             unsafe cursor = unsafe u.withGuaranteedReference { op in
                 let next = unsafe op.queueFields.next
-                if unsafe op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone && !op.queueFields.inRing {
+                if unsafe Self.mayRelease(op) {
                     unsafe unlink(op, onto: &released)
                 }
                 return unsafe next
