@@ -78,6 +78,15 @@ open class Operation: @unchecked Sendable {
         case cancelled
     }
 
+    // Layout. Every operation is one allocation of this class's size, which the adding
+    // thread makes and, when the queue drains on a worker, another thread frees: its
+    // bytes are paid in memory traffic, page faults as a backlog grows, and allocator
+    // work. So the stored properties are declared where they leave no padding — the
+    // byte-sized atomics right after `guarded`, whose struct ends in bytes, and the
+    // 8-byte words after them — and the words that need fewer bits are narrower
+    // (`priorityWord`, `QueueSync.pins`). Swift lays stored properties out in
+    // declaration order; the bench prints a BlockOperation's allocation size.
+
     /// Everything not listed below, under one lock (see `OperationState.swift`).
     let guarded = Mutex(Guarded())
     /// ``Phase``: pending → executing → finished (see `OperationLifecycle.swift`).
@@ -98,13 +107,13 @@ open class Operation: @unchecked Sendable {
     let hasOwnPriority = Atomic<Bool>(false)
     let needsFinishLock = Atomic<Bool>(false)
     let hadDependencies = Atomic<Bool>(false)
-    /// ``queuePriority``, as its raw value (`priorityUnset` until it is assigned): read
-    /// on every add, without a lock.
-    let priorityWord = Atomic<Int>(Operation.priorityUnset)
     /// The class a promotion raised this operation to (a `ClassRank`; 0: none), and
     /// where its run stands: submitted at a class, moved to a higher one, running on a
     /// thread at a class, done. See `Promotion.swift` (P1-P7).
     let promotedRank = Atomic<UInt8>(0)
+    /// ``queuePriority``, as its raw value (`priorityUnset` until it is assigned): read
+    /// on every add, without a lock.
+    let priorityWord = Atomic<Int8>(Operation.priorityUnset)
     let execWord = Atomic<UInt64>(0)
 
     /// The fields that belong to the queue this operation is added to, read from any
@@ -312,9 +321,9 @@ open class Operation: @unchecked Sendable {
     /// Foundation orders it: userInteractive as veryHigh, userInitiated as high, utility
     /// as low, background as veryLow.
     open var queuePriority: QueuePriority {
-        get { QueuePriority(rawValue: priorityWord.load(ordering: .relaxed)) ?? .normal }
+        get { QueuePriority(rawValue: Int(priorityWord.load(ordering: .relaxed))) ?? .normal }
         set {
-            priorityWord.store(newValue.rawValue, ordering: .relaxed)
+            priorityWord.store(Int8(newValue.rawValue), ordering: .relaxed)
             // The operation, which code outside the queue holds, holds its queue
             // (QueueMembership.swift, LT3).
             if queueSync.readySignalled.load(ordering: .acquiring), inQueue {

@@ -38,14 +38,16 @@ extension Operation {
         var dependencies = DependencyList()
         /// Dependencies that have not finished yet. Readiness is `== 0`.
         var unfinished = 0
+        var completionBlock: (@Sendable () -> Void)?
+        var extras: Extras?
+        // The fields of a byte or so come last, where the ones after them need no
+        // padding: every operation carries this struct (see `Operation`'s layout note).
         /// Operations that depend on this one, unretained (as Foundation keeps them): a
         /// dependent dropped by its owner is freed, and takes itself off this list in
         /// its deinit (see `Dependents` for why that is safe).
         var dependents = unsafe Dependents.none
-        var completionBlock: (@Sendable () -> Void)?
         var qualityOfService: QualityOfService = .default
         var qosExplicit = false
-        var extras: Extras?
 
         /// The out-of-line fields, created on first use.
         mutating func makeExtras() -> Extras {

@@ -9,7 +9,9 @@
 // (Promotion.swift), which compares them.
 
 extension Operation {
-    static let priorityUnset = Int.min
+    /// `priorityWord` before ``queuePriority`` is assigned (every assigned value is a
+    /// ``QueuePriority`` raw value, which fits in a byte).
+    static let priorityUnset = Int8.min
 
     /// The index of the ready list this operation waits on in its queue (see
     /// ``queuePriority``). Called under the queue's lock.
@@ -23,8 +25,8 @@ extension Operation {
     }
 
     /// `queueLevel`'s answer for an operation with a priority or a quality of service.
-    func queueLevelSlow(raw: Int) -> Int {
-        if raw != Operation.priorityUnset { return (QueuePriority(rawValue: raw) ?? .normal).level }
+    func queueLevelSlow(raw: Int8) -> Int {
+        if raw != Operation.priorityUnset { return (QueuePriority(rawValue: Int(raw)) ?? .normal).level }
         let (qos, explicit) = guarded.locked { ($0.qualityOfService, $0.qosExplicit) }
         guard explicit else { return QueuePriority.normal.level }
         switch qos {

@@ -29,10 +29,11 @@ struct QueueSync: ~Copyable {
     /// for as long as `queueReference` is set. One the program added clears it when it
     /// has finished (`dropQueue`).
     let word = Atomic<UInt>(0)
-    /// Pins on `word` (Q1-Q3), in the low bits, and the two flags.
-    let pins = Atomic<UInt>(0)
-    static let pinsCleared: UInt = 1 << 62
-    static let pinsReleased: UInt = 1 << 63
+    /// Pins on `word` (Q1-Q3), in the low bits, and the two flags. A pin is held only
+    /// inside `withPinnedQueue`, so the count stays far below the flags.
+    let pins = Atomic<UInt32>(0)
+    static let pinsCleared: UInt32 = 1 << 30
+    static let pinsReleased: UInt32 = 1 << 31
     /// Set when the queue takes this operation as ready: exactly once (Readiness.swift,
     /// R3). Written only under the queue's lock (so a plain store suffices); read
     /// anywhere as a hint.
