@@ -6,16 +6,30 @@ extension Operation {
     /// thread (Spindle's addition; `waitUntilFinished()` blocks). A task of a higher
     /// priority than the operation's class promotes it, as a blocking wait does.
     public func finished() async {
+        await awaitFinish()
+    }
+
+    /// `finished()`, inlined into `OperationQueue.run`, where a call would add an async
+    /// frame to every run.
+    @inline(__always)
+    func awaitFinish() async {
         if finishCompleted.load(ordering: .acquiring) { return }
         promote(to: Promotion.callingTaskRank())
         hasWaiters.store(true, ordering: .sequentiallyConsistent)
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let registered = guarded.locked { g -> Bool in
-                if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
-                unsafe g.makeExtras().waiters.append(Waiter(continuation: c))
-                return true
-            }
-            if !registered { c.resume() }
+        unsafe await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
+            // safety: resumed once: here when the registration is refused, else by the
+            // finish that takes the waiter off the list (Waiter.swift).
+            if unsafe !registerFinishWaiter(Waiter(continuation: c)) { unsafe c.resume() }
+        }
+    }
+
+    /// Lists `waiter` to be signalled when the operation has finished (F6); false,
+    /// listing nothing, when it already has. The caller has set `hasWaiters` first.
+    func registerFinishWaiter(_ waiter: Waiter) -> Bool {
+        guarded.locked { g -> Bool in
+            if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
+            unsafe g.makeExtras().addWaiter(waiter)
+            return true
         }
     }
 

@@ -43,29 +43,6 @@ open class Operation: @unchecked Sendable {
     /// the object's layout. Swift never reads it.
     @exclusivity(unchecked) var engineTask = unsafe spindle_task(spindle_private: (nil, nil), run: nil)
 
-    /// Relative priority among the ready operations of one queue.
-    public enum QueuePriority: Int, Sendable, Comparable {
-        case veryLow = -8
-        case low = -4
-        case normal = 0
-        case high = 4
-        case veryHigh = 8
-
-        /// Orders priorities from ``veryLow`` to ``veryHigh``.
-        public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
-
-        /// 0 (veryLow) ... 4 (veryHigh): the index of the queue's ready list.
-        var level: Int {
-            switch self {
-            case .veryLow: return 0
-            case .low: return 1
-            case .normal: return 2
-            case .high: return 3
-            case .veryHigh: return 4
-            }
-        }
-    }
-
     /// A change in an operation's state, as delivered to ``onStateChange(_:)``.
     public enum StateChange: Sendable, Equatable {
         /// All dependencies finished (or the operation was cancelled): it may start.

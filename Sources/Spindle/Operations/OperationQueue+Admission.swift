@@ -36,9 +36,11 @@ extension OperationQueue {
     /// it was added, false when it was not (and is left as it was, to add later or
     /// elsewhere). Never blocks. Without a limit, it is ``addOperation(_:)-(Operation)``.
     public func tryAddOperation(_ op: Operation) -> Bool {
-        guard admission.tryReserve(count: { [unowned self] in operationCount }) else { return false }
+        // Non-escaping closures: they capture `self` without a context to allocate or an
+        // unowned count to touch.
+        guard admission.tryReserve(count: { operationCount }) else { return false }
         addOperation(op)
-        admission.added { [unowned self] in operationCount }
+        admission.added { operationCount }
         return true
     }
 
@@ -52,10 +54,13 @@ extension OperationQueue {
     public func run<T: Sendable>(ifFull: ThreadPool.FullPolicy,
                                  _ body: @escaping @Sendable () throws -> T) async throws -> T {
         try Task.checkCancellation()
-        let count: @Sendable () -> Int = { [unowned self] in operationCount }
-        switch ifFull {
-        case .wait: try await admission.reserve(count: count)
-        case .fail: guard admission.tryReserve(count: count) else { throw ThreadPool.Error.overloaded }
+        // The common case, room at once (always, without a limit), passes a closure that
+        // does not outlive the call: no context to allocate. Only a wait in line keeps one.
+        if !admission.tryReserve(count: { operationCount }) {
+            switch ifFull {
+            case .wait: try await admission.reserve(count: { [unowned self] in operationCount })
+            case .fail: throw ThreadPool.Error.overloaded
+            }
         }
         return try await runAdmitted(body)
     }

@@ -31,9 +31,9 @@ extension OperationQueue {
             }
         }
         addOperation(op)
-        admission.added { [unowned self] in operationCount }
+        admission.added { operationCount }
         await withTaskCancellationHandler {
-            await op.finished()
+            await op.awaitFinish()
         } onCancel: {
             op.cancel()
         }
@@ -52,8 +52,10 @@ extension OperationQueue {
     /// queue's operations promotes them to its class, as a blocking wait does.
     public func allOperationsFinished() async {
         promoteAll(to: Promotion.callingTaskRank())
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            if unsafe !registerDrainWaiter(Waiter(continuation: c)) { c.resume() }
+        unsafe await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
+            // safety: resumed once: here when the registration is refused, else by the
+            // finish that drains the queue (Waiter.swift).
+            if unsafe !registerDrainWaiter(Waiter(continuation: c)) { unsafe c.resume() }
         }
     }
 
@@ -97,25 +99,42 @@ extension OperationQueue {
 ///      the value out, so the storage holds no value when it is deallocated.
 @safe
 final class RunOutcome: @unchecked Sendable {
-    // safety: `storage` is allocated and freed by the class itself, and holds a value only
-    // between RO1's write and `take` (RO2).
-    // @unchecked: `storage` and `error` are written once, by the operation's block, before
-    // `state` publishes them, and read once, after (RO1).
+    // safety: a value lives only between RO1's write and `take` (RO2), in `inline` when
+    // `T` fits there, else in `outOfLine`, which the class allocates and frees itself.
+    // @unchecked: the value and `error` are written once, by the operation's block,
+    // before `state` publishes them, and read once, after (RO1).
     private static let none: UInt8 = 0, value: UInt8 = 1, thrown: UInt8 = 2
     private let state = Atomic<UInt8>(RunOutcome.none)
-    private let storage: UnsafeMutableRawPointer
+    /// Room for a value of up to four words with at most a word's alignment — most
+    /// results: a number, a reference, a `String`, `Data`, an array — so that `run`
+    /// allocates nothing for it beyond this object. Reached only through a pointer made
+    /// for one access (`withStorage`); its synchronisation is RO1.
+    @exclusivity(unchecked) private var inline: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+    /// Storage for a larger or more aligned value; nil when `inline` holds it.
+    private let outOfLine: UnsafeMutableRawPointer?
     private var error: (any Error)?
 
     init<T>(holding _: T.Type) {
-        // safety: sized and aligned for `T`, the one type `put` and `take` use (RO1, RO2).
-        unsafe storage = .allocate(byteCount: Swift.max(1, MemoryLayout<T>.size),
-                            alignment: MemoryLayout<T>.alignment)
+        if MemoryLayout<T>.size <= MemoryLayout<(UInt64, UInt64, UInt64, UInt64)>.size
+            && MemoryLayout<T>.alignment <= MemoryLayout<UInt64>.alignment {
+            unsafe outOfLine = nil
+        } else {
+            // safety: sized and aligned for `T`, the one type `returned` and `take` use
+            // (RO1, RO2).
+            unsafe outOfLine = .allocate(byteCount: MemoryLayout<T>.size, alignment: MemoryLayout<T>.alignment)
+        }
     }
 
-    deinit { unsafe storage.deallocate() }
+    deinit { unsafe outOfLine?.deallocate() }
+
+    /// Calls `body` with the value's storage, valid for the call.
+    private func withStorage<R>(_ body: (UnsafeMutableRawPointer) -> R) -> R {
+        if let outOfLine = unsafe outOfLine { return unsafe body(outOfLine) }
+        return unsafe withUnsafeMutablePointer(to: &inline) { unsafe body(UnsafeMutableRawPointer($0)) }
+    }
 
     func returned<T>(_ value: T) {
-        unsafe storage.initializeMemory(as: T.self, to: value)
+        _ = unsafe withStorage { unsafe $0.initializeMemory(as: T.self, to: value) }
         state.store(RunOutcome.value, ordering: .releasing)
     }
 
@@ -128,7 +147,7 @@ final class RunOutcome: @unchecked Sendable {
     /// ran (it was cancelled first). Called once, after the operation finished.
     func take<T>(_: T.Type) throws -> T {
         switch state.load(ordering: .acquiring) {
-        case RunOutcome.value: return unsafe storage.assumingMemoryBound(to: T.self).move()
+        case RunOutcome.value: return unsafe withStorage { unsafe $0.assumingMemoryBound(to: T.self).move() }
         case RunOutcome.thrown: throw unsafe error.unsafelyUnwrapped
         default: throw CancellationError()
         }

@@ -185,6 +185,12 @@ final class AsyncOffloadTests: XCTestCase {
         XCTAssertTrue(wide == (1, "two", 3.0, [4], 5, 6) as (Int, String, Double, [Int], Int64, UInt8))
         let empty: Void = try await queue.run { () }
         XCTAssertNotNil(empty as Void?)
+        // Four words, the most kept in the outcome itself, one of them a reference.
+        let four = try await queue.run { (7, 8, String(repeating: "x", count: 100)) }
+        XCTAssertTrue(four == (7, 8, String(repeating: "x", count: 100)))
+        // More aligned than a word: kept apart, at its own alignment.
+        let aligned = try await queue.run { SIMD4<Float>(1, 2, 3, 4) }
+        XCTAssertEqual(aligned, SIMD4<Float>(1, 2, 3, 4))
         await queue.allOperationsFinished()
     }
 

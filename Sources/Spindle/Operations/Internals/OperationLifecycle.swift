@@ -247,14 +247,13 @@ extension Operation {
     private func releaseWaiters() {
         finishCompleted.store(true, ordering: .sequentiallyConsistent)
         guard hasWaiters.load(ordering: .sequentiallyConsistent) || hasObservers.load(ordering: .acquiring) else { return }
-        let waiters = unsafe guarded.locked { g -> [Waiter] in
-            guard let extras = g.extras else { return unsafe [] }
-            let w = unsafe extras.waiters
-            unsafe extras.waiters = unsafe []
+        let waiters = unsafe guarded.locked { g -> (first: Waiter?, more: [Waiter]) in
+            guard let extras = g.extras else { return unsafe (nil, []) }
             extras.observers = []
-            return unsafe w
+            return unsafe extras.takeWaiters()
         }
-        for unsafe w in unsafe waiters { unsafe w.signal() }
+        unsafe waiters.first?.signal()
+        for unsafe w in unsafe waiters.more { unsafe w.signal() }
     }
 
     /// Counts one finished dependency off `d`, under `d`'s lock; true when that was the

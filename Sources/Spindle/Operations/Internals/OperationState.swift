@@ -11,14 +11,11 @@ import Synchronization
 extension Operation {
     /// Fields used by few operations live out of line, made on first use.
     ///
-    /// For memory: a BlockOperation is one allocation of at most 256 bytes. And for the
-    /// one cost of the layout that counts: each field left in `Guarded` is destroyed
-    /// with every operation, and releasing even an empty array is a call into the
-    /// runtime. Not pursued: ordering the stored properties so that the ones the
-    /// workers touch share fewer cache lines, or shrinking the object further. A cache
-    /// line more or less shared with the workers is below what the
-    /// `operation-throughput` benchmark resolves (docs/performance.md), so the layout
-    /// stays in the order that reads best, with `engineTask` first.
+    /// For memory: every operation carries `Guarded`, so each field here is one that
+    /// few operations use (see the layout note in Operation.swift). And for the one
+    /// cost per operation that a field adds besides its bytes: each field left in
+    /// `Guarded` is destroyed with every operation, and releasing even an empty array
+    /// is a call into the runtime.
     @safe
     final class Extras: @unchecked Sendable {
         // safety: each waiter's latch stays valid until the waiter is signalled, once,
@@ -27,8 +24,24 @@ extension Operation {
         var name: String?
         var threadPriority: Double = 0.5
         var observers: [@Sendable (StateChange) -> Void] = []
-        /// Threads and tasks waiting for the operation to finish (F6).
-        var waiters: [Waiter] = unsafe []
+        /// Threads and tasks waiting for the operation to finish (F6): the first in a
+        /// field of its own, so that the usual single wait (`OperationQueue.run`, one
+        /// `waitUntilFinished`) allocates no array.
+        var firstWaiter: Waiter? = nil
+        var moreWaiters: [Waiter] = unsafe []
+
+        func addWaiter(_ w: Waiter) {
+            if unsafe firstWaiter == nil { unsafe firstWaiter = unsafe w } else { unsafe moreWaiters.append(w) }
+        }
+
+        /// Takes every listed waiter off the list, in the order they came.
+        func takeWaiters() -> (first: Waiter?, more: [Waiter]) {
+            defer {
+                unsafe firstWaiter = nil
+                unsafe moreWaiters = unsafe []
+            }
+            return unsafe (firstWaiter, moreWaiters)
+        }
     }
 
     @safe

@@ -476,7 +476,9 @@ enum Promotion {
 
     /// The calling task's class, for the async waits.
     static func callingTaskRank() -> UInt8 {
-        unsafe withUnsafeCurrentTask { unsafe $0 } == nil ? callingThreadRank() : ClassRank.of(Task.currentPriority)
+        // One lookup of the current task, where `Task.currentPriority` after a test for
+        // a task would make two.
+        unsafe withUnsafeCurrentTask { unsafe $0.map { unsafe ClassRank.of($0.priority) } } ?? callingThreadRank()
     }
 
     /// P6: thread `tid` to `rank`'s priority, counted and, when refused, said once.

@@ -1,20 +1,27 @@
 import CSpindle
 
 /// Someone waiting for an operation or a queue: a thread on a latch, or a task.
+///
+/// A task's continuation is unchecked: each waiter is either refused at registration
+/// (and its continuation resumed there by the registering code) or listed, and a listed
+/// waiter is taken off its list under a lock and signalled once. A checked continuation
+/// would allocate a box per wait to verify what this protocol already ensures.
 @unsafe
 struct Waiter: @unchecked Sendable {
-    // safety: the latch pointer is valid until the waiter is woken, which happens once.
+    // safety: the latch pointer is valid until the waiter is woken, which happens once;
+    // the continuation is resumed once, by `signal` or by the code whose registration
+    // was refused.
     // @unchecked: the latch lives on the waiting thread's stack until it is set, and
     // only the finishing thread sets it, once.
     private let latch: UnsafeMutablePointer<spindle_latch>?
-    private let continuation: CheckedContinuation<Void, Never>?
+    private let continuation: UnsafeContinuation<Void, Never>?
 
     init(latch: UnsafeMutablePointer<spindle_latch>) {
         unsafe self.latch = unsafe latch
         unsafe self.continuation = nil
     }
 
-    init(continuation: CheckedContinuation<Void, Never>) {
+    init(continuation: UnsafeContinuation<Void, Never>) {
         unsafe self.latch = nil
         unsafe self.continuation = continuation
     }
@@ -43,7 +50,7 @@ extension Operation {
         unsafe withUnsafeMutablePointer(to: &latch) { l in
             let registered = guarded.locked { g -> Bool in
                 if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
-                unsafe g.makeExtras().waiters.append(Waiter(latch: l))
+                unsafe g.makeExtras().addWaiter(Waiter(latch: l))
                 return true
             }
             // Blocks this thread, whatever it is; a pool worker is compensated by a spare.
