@@ -54,6 +54,9 @@ struct Bench: ParsableCommand {
     @Option(help: "fork-join: recursion below this n runs serially (smaller: more, cheaper forks).")
     var forkCutoff: Int = 3
 
+    @Option(help: "operation-throughput: the bytes of pool-submit-object's object (default: a BlockOperation's allocation size), to see what an object's size costs when another thread frees it.")
+    var objectBytes: Int?
+
     @Option(help: "Output format.")
     var format: Format = .table
 
@@ -68,6 +71,9 @@ struct Bench: ParsableCommand {
             throw ValidationError("unknown mode '\(mode)'; the only mode is 'topology' (run without it for the timed cases)")
         }
         if !["node", "core", "none"].contains(pinning) { throw ValidationError("--pinning must be node, core or none") }
+        if let objectBytes, objectBytes < 32 || objectBytes > 1 << 20 {
+            throw ValidationError("--object-bytes must be from 32 to 1048576, got \(objectBytes)")
+        }
         if let t = tasks, t < 1 { throw ValidationError("--tasks must be at least 1") }
         if let r = reps, r < 1 { throw ValidationError("--reps must be at least 1") }
         if let w = workers, w < 1 { throw ValidationError("--workers must be at least 1") }
@@ -85,6 +91,7 @@ struct Bench: ParsableCommand {
         if let systems {
             systemFilter = Set(systems.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         }
+        poolSubmitObjectBytes = objectBytes
         if mode == "quota-child" { return try quotaChild(seconds: seconds ?? 2) }
         if mode == "topology" {
             let topo = try Topology.load(sysfsRoot: sysfs, cpus: cpus)

@@ -43,7 +43,9 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
     var r = try measure(name, tasks: tasks, reps: reps, reference: dispatchName, alsoVs: alsoVs, systems)
     if width == nil {
         r.note = "pool-submit: each block handed to Spindle's pool with ThreadPool.submit, plus the one shared count a queue keeps; no operation semantics; "
-            + "pool-submit-object: the same, and each block holds an object of a BlockOperation's allocation size (\(OperationSized.bytes) bytes), "
+            + "pool-submit-object: the same, and each block holds an object of "
+            + (poolSubmitObjectBytes == nil ? "a BlockOperation's allocation size (\(OperationSized.bytes) bytes), "
+                                            : "\(OperationSized.bytes) bytes (--object-bytes), ")
             + "which the adding thread makes and the worker frees: what an object per operation costs, with no operation semantics"
     }
     return r
@@ -54,12 +56,16 @@ private let poolSubmitUnfinished = Atomic<Int>(0)
 private let poolSubmitRemaining = Atomic<Int>(0)
 private let poolSubmitDone = DispatchSemaphore(value: 0)
 
+/// `--object-bytes`: the size of `pool-submit-object`'s object, when given.
+nonisolated(unsafe) var poolSubmitObjectBytes: Int?
+
 /// `pool-submit-object`'s object: one allocation of the size the runtime allocates for
 /// a `BlockOperation` (its malloc size class), so that the system pays an operation's
-/// allocation and free and nothing else of it.
+/// allocation and free and nothing else of it — or of `--object-bytes`.
 private final class OperationSized: ManagedBuffer<Int, UInt8> {
     /// The bytes malloc gives a BlockOperation here, read from a live one.
     static let bytes: Int = {
+        if let given = poolSubmitObjectBytes { return given }
         let probe = Spindle.BlockOperation {}
         return bench_allocation_size(Unmanaged.passUnretained(probe).toOpaque())
     }()
