@@ -294,10 +294,18 @@ open class OperationQueue: @unchecked Sendable {
         get { unsafe state.locked { unsafe $0.qualityOfService } }
         set {
             if isMainQueue { return }
-            unsafe state.locked { s in
+            let rank = ClassRank.of(newValue)
+            let skipped = unsafe state.locked { s -> UInt8 in
                 unsafe s.qualityOfService = newValue
                 assignedQoS.store(newValue.rawValue, ordering: .relaxed)
+                // The class's history matters only for the operations it holds
+                // (Promotion.swift, P2).
+                unsafe s.lowestRank = unsafe s.linked == 0 ? rank : min(s.lowestRank, rank)
+                return unsafe s.skippedWaitRank
             }
+            // A wait skipped the queue while its class was higher: what it waits behind
+            // may now run below it.
+            if rank < skipped { promoteAll(to: skipped) }
         }
     }
 

@@ -28,6 +28,15 @@ import Synchronization
 //     The walk's raise and its reads form Dekker pairs with an add (the queue word)
 //     and with a new edge (`hadDependencies`); Tests/Models/promotion_walk.pml checks
 //     P2 and P3 against both.
+//     The walk skips a queue in which nothing can run below r (`unfinishedAhead`):
+//     no operation in it has a class of its own (`ownClassAdded`), and its class has
+//     not been below r while it held operations (`lowestRank`), so each operation in
+//     it runs at r or above and its dependencies were raised to its class when they
+//     became its dependencies (P3). Without the skip every wait on a narrow queue walks
+//     everything ahead of its operation, and n waits cost n²/2 visits. The queue
+//     records the highest r it skipped for (`skippedWaitRank`, until it drains), so
+//     that what could still go below it afterwards — an operation given a class of its
+//     own, the queue given a lower class — is raised to it then.
 // P3. Who promotes:
 //     - a new dependency edge: the dependent's class onto the dependency, when the
 //       dependent's class is known (its own, or its queue's);
@@ -161,7 +170,7 @@ extension Operation {
             }
             if !viaQueue && op.queueSync.word.load(ordering: .acquiring) != 0 {
                 op.withPinnedQueue { q in
-                    for ahead in q.unfinishedAhead(of: op) { work.append((ahead, true)) }
+                    for ahead in q.unfinishedAhead(of: op, walkRank: rank) { work.append((ahead, true)) }
                 }
             }
         }
@@ -205,7 +214,11 @@ extension Operation {
     func ownClassChanged() {
         guard !finishHandled.load(ordering: .acquiring) else { return }
         if queueSync.word.load(ordering: .acquiring) != 0 {
-            promote(to: knownRank)
+            // The queue now holds an operation with a class of its own, which a wait that
+            // skipped it (P2) did not see: raise this one to that wait's class.
+            var skipped: UInt8 = 0
+            withPinnedQueue { q in skipped = q.noteOwnClass() }
+            promote(to: max(knownRank, skipped))
         } else {
             promoteDependencies(to: knownRank)
         }
@@ -366,10 +379,16 @@ extension Operation {
 
 extension OperationQueue {
     /// The unfinished operations added before `op`, when the queue limits its width (P2):
-    /// those are the ones `op` may wait behind.
-    func unfinishedAhead(of op: Operation) -> [Operation] {
+    /// those are the ones `op` may wait behind. `walkRank`: the class a promotion's walk
+    /// raises them to, which skips the queue when nothing in it can be below that class
+    /// (P2); nil for an add's promotion (P3), which is above the queue's class.
+    func unfinishedAhead(of op: Operation, walkRank: UInt8? = nil) -> [Operation] {
         unsafe state.locked { s -> [Operation] in
             guard unsafe s.maxConcurrent >= 0, unsafe op.queueFields.linked else { return [] }
+            if let walkRank, unsafe !s.ownClassAdded && s.lowestRank >= walkRank {
+                unsafe s.skippedWaitRank = unsafe max(s.skippedWaitRank, walkRank)
+                return []
+            }
             var out: [Operation] = []
             var cursor = unsafe op.queueFields.prev
             while let c = unsafe cursor {
@@ -495,5 +514,16 @@ enum Promotion {
             ? "a lower nice or leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE" : "errno \(error)"
         QoSPools.report("a running operation promoted to \(qos) could not take that class's priority (\(what)); "
             + "it runs at its own class's until it finishes, and promotions of queued work are unaffected")
+    }
+}
+
+extension OperationQueue {
+    /// An operation of this queue was given a class of its own: notes it (P2's skip no
+    /// longer applies) and returns the class a skipped wait needs it at (0: none).
+    func noteOwnClass() -> UInt8 {
+        unsafe state.locked { s -> UInt8 in
+            unsafe s.ownClassAdded = true
+            return unsafe s.skippedWaitRank
+        }
     }
 }

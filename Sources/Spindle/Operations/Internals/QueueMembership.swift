@@ -308,6 +308,10 @@ extension OperationQueue {
                 unsafe s.unlinkAll(onto: &rare.released)
                 if unsafe rare.released != nil { unsafe s.releasing += 1 }
                 unsafe s.lastBarrier = nil
+                // Nothing is left for a skipped wait to protect, nor for an earlier
+                // class to have left below it (Promotion.swift, P2).
+                unsafe s.skippedWaitRank = 0
+                unsafe s.lowestRank = ClassRank.of(s.qualityOfService)
                 // The queue's reference to itself is ours now (LT2): it
                 // keeps the queue alive until we drop it, last. An operation added
                 // meanwhile makes the queue take another.

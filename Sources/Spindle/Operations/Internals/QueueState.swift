@@ -46,6 +46,11 @@ extension OperationQueue {
         /// queue must then look for operations below the waiter's class even when the
         /// queue's own class is not (Promotion.swift, `promoteAll`).
         var ownClassAdded = false
+        /// The lowest class the queue has had while it held operations (a `ClassRank`),
+        /// and the highest class a promotion's walk skipped the queue for since it last
+        /// drained (Promotion.swift, P2).
+        var lowestRank = ClassRank.of(QualityOfService.default)
+        var skippedWaitRank: UInt8 = 0
         var underlyingQueue: DispatchQueue?
         var lastBarrier: Operation?
         var waiters: [Waiter] = unsafe []
