@@ -377,69 +377,6 @@ extension Operation {
     }
 }
 
-extension OperationQueue {
-    /// The unfinished operations added before `op`, when the queue limits its width (P2):
-    /// those are the ones `op` may wait behind. `walkRank`: the class a promotion's walk
-    /// raises them to, which skips the queue when nothing in it can be below that class
-    /// (P2); nil for an add's promotion (P3), which is above the queue's class.
-    func unfinishedAhead(of op: Operation, walkRank: UInt8? = nil) -> [Operation] {
-        unsafe state.locked { s -> [Operation] in
-            guard unsafe s.maxConcurrent >= 0, unsafe op.queueFields.linked else { return [] }
-            if let walkRank, unsafe !s.ownClassAdded && s.lowestRank >= walkRank {
-                unsafe s.skippedWaitRank = unsafe max(s.skippedWaitRank, walkRank)
-                return []
-            }
-            var out: [Operation] = []
-            var cursor = unsafe op.queueFields.prev
-            while let c = unsafe cursor {
-                let o = unsafe c.takeUnretainedValue()
-                if !o.queueSync.done.load(ordering: .acquiring) { out.append(o) }
-                unsafe cursor = unsafe o.queueFields.prev
-            }
-            return out
-        }
-    }
-
-    /// An operation was added (P3): its class reaches its unfinished dependencies, and,
-    /// when it is above the queue's, the operations ahead of it in a narrow queue.
-    func promoteOnAdd(_ op: Operation) {
-        let raw = assignedQoS.load(ordering: .relaxed)
-        let queueQoS = raw == Int.min ? QualityOfService.default : QualityOfService(rawValue: raw) ?? .default
-        let rank = ClassRank.of(op.effectiveQoS(queueDefault: queueQoS))
-        op.promoteDependencies(to: rank)
-        if rank > ClassRank.of(queueQoS) {
-            for ahead in unfinishedAhead(of: op) { ahead.promote(to: rank, walkQueue: false) }
-        }
-    }
-
-    /// Promotes every unfinished operation of the queue below `rank` to it (a wait for
-    /// all of them: P3). Only those can be below it: every operation, when the queue's
-    /// class is below `rank`; else those with a class of their own. They are collected
-    /// under the lock with plain references (the list holds them), not handed out as
-    /// `operations` does, which would make each of them hold its queue.
-    func promoteAll(to rank: UInt8) {
-        guard rank > 0, unfinishedCount > 0 else { return }
-        let raw = assignedQoS.load(ordering: .relaxed)
-        let queueRank = ClassRank.of(raw == Int.min ? .default : QualityOfService(rawValue: raw) ?? .default)
-        let below = unsafe state.locked { s -> [Operation] in
-            guard unsafe queueRank < rank || s.ownClassAdded else { return [] }
-            var out: [Operation] = []
-            var cursor = unsafe s.head
-            while let u = unsafe cursor {
-                let op = unsafe u.takeUnretainedValue()
-                if !op.queueSync.done.load(ordering: .acquiring) && op.promotedRank.load(ordering: .relaxed) < rank
-                    && (queueRank < rank || op.hasOwnPriority.load(ordering: .relaxed)) {
-                    out.append(op)
-                }
-                unsafe cursor = unsafe op.queueFields.next
-            }
-            return out
-        }
-        var raised = RaisedRuns()
-        for op in below { op.raiseFloors(to: rank, walkQueue: false, into: &raised) }
-        raised.promoteRuns(to: rank)
-    }
-}
 
 /// The operations whose floor a promotion raised, whose runs it then moves or boosts
 /// (P5, P6).
@@ -514,16 +451,5 @@ enum Promotion {
             ? "a lower nice or leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE" : "errno \(error)"
         QoSPools.report("a running operation promoted to \(qos) could not take that class's priority (\(what)); "
             + "it runs at its own class's until it finishes, and promotions of queued work are unaffected")
-    }
-}
-
-extension OperationQueue {
-    /// An operation of this queue was given a class of its own: notes it (P2's skip no
-    /// longer applies) and returns the class a skipped wait needs it at (0: none).
-    func noteOwnClass() -> UInt8 {
-        unsafe state.locked { s -> UInt8 in
-            unsafe s.ownClassAdded = true
-            return unsafe s.skippedWaitRank
-        }
     }
 }

@@ -1,0 +1,82 @@
+import CSpindle
+import CSpindleTesting
+import Dispatch
+import Foundation
+import Synchronization
+import XCTest
+@testable import Spindle
+
+// P2's skip: a wait on a narrow queue in which nothing can be below its class, and
+// what keeps the operations it skipped from falling below it afterwards.
+extension PromotionTests {
+    /// A wait at a class no operation of the queue can be below leaves the queue
+    /// unwalked: the operations ahead of the awaited one keep no floor. (Each wait
+    /// walking everything ahead of its operation made n waits on a narrow queue cost
+    /// n²/2 visits.) A wait at a higher class still walks and raises them.
+    func testAWaitAtTheQueuesOwnClassDoesNotWalkTheQueue() async throws {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let ops = (0..<50).map { _ in BlockOperation {} }
+        for op in ops { q.addOperation(op) }
+        let last = ops[ops.count - 1]
+        let medium = Task(priority: .medium) { await last.finished() }
+        XCTAssertTrue(eventually { q.state.locked { $0.skippedWaitRank } == ClassRank.of(QualityOfService.default) },
+                      "the wait did not reach the queue")
+        XCTAssertTrue(ops.dropLast().allSatisfy { $0.promotedRank.load(ordering: .relaxed) == 0 },
+                      "a wait at the queue's own class walked the operations ahead")
+        let high = Task(priority: .high) { await last.finished() }
+        XCTAssertTrue(eventually { ops.dropLast().allSatisfy { $0.promotedRank.load(ordering: .relaxed) == ClassRank.of(QualityOfService.userInitiated) } },
+                      "a wait above the queue's class did not raise the operations ahead")
+        q.isSuspended = false
+        await medium.value
+        await high.value
+    }
+
+    /// What a skipped wait leaves behind it cannot fall below it afterwards: an
+    /// operation ahead given a lower class of its own, or the queue given a lower class,
+    /// is raised to the wait's class (P2).
+    func testWhatASkippedWaitWaitsBehindIsRaisedIfItsClassDrops() async throws {
+        let release = holdWorkers(of: .background)
+        defer { release() }
+        let rank = ClassRank.of(QualityOfService.default)
+        // An operation ahead, given a class of its own below the wait's.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let r = Recorder()
+        let ahead = BlockOperation { r.record() }
+        let awaited = BlockOperation {}
+        q.addOperation(ahead)
+        q.addOperation(awaited)
+        let waiting = Task(priority: .medium) { await awaited.finished() }
+        XCTAssertTrue(eventually { q.state.locked { $0.skippedWaitRank } == rank }, "the wait did not reach the queue")
+        ahead.qualityOfService = .background
+        XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), rank, "the operation ahead was left below the wait")
+        q.isSuspended = false
+        let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
+        XCTAssertTrue(ran, "the awaited operation waited behind background work")
+        if !ran { release() }
+        await waiting.value
+        assertRan(r, at: .default, "the operation ahead of the awaited one")
+        // The queue's own class lowered below the wait's.
+        let q2 = OperationQueue()
+        q2.maxConcurrentOperationCount = 1
+        q2.isSuspended = true
+        let r2 = Recorder()
+        let ahead2 = BlockOperation { r2.record() }
+        let awaited2 = BlockOperation {}
+        q2.addOperation(ahead2)
+        q2.addOperation(awaited2)
+        let waiting2 = Task(priority: .medium) { await awaited2.finished() }
+        XCTAssertTrue(eventually { q2.state.locked { $0.skippedWaitRank } == rank }, "the wait did not reach the queue")
+        q2.qualityOfService = .background
+        XCTAssertEqual(ahead2.promotedRank.load(ordering: .relaxed), rank, "the queue's lower class left the operation ahead below the wait")
+        q2.isSuspended = false
+        let ran2 = await Task.detached { eventually(within: 60) { awaited2.isFinished } }.value
+        XCTAssertTrue(ran2, "the awaited operation waited behind background work")
+        if !ran2 { release() }
+        await waiting2.value
+        assertRan(r2, at: .default, "the operation ahead, in a queue given a lower class")
+    }
+}
