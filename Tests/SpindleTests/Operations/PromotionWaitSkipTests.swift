@@ -80,3 +80,30 @@ extension PromotionTests {
         assertRan(r2, at: .default, "the operation ahead, in a queue given a lower class")
     }
 }
+
+extension PromotionTests {
+    /// Waits above a narrow queue's class, one behind the other, each stop at the
+    /// floor the wait before them raised (P2): n waits collect about n operations from
+    /// the queue in all, not n²/2.
+    func testWaitsAboveTheQueuesClassWalkEachOperationAheadOnce() async throws {
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let n = 200
+        let ops = (0..<n).map { _ in BlockOperation {} }
+        for op in ops { q.addOperation(op) }
+        let high = ClassRank.of(QualityOfService.userInitiated)
+        let before = PromotionCounters.walked.load(ordering: .relaxed)
+        var waits: [Task<Void, Never>] = []
+        for op in ops {
+            waits.append(Task(priority: .high) { await op.finished() })
+            // One at a time: each wait has raised its operation before the next begins.
+            XCTAssertTrue(eventually { op.promotedRank.load(ordering: .relaxed) == high }, "a wait did not raise its operation")
+        }
+        let walked = PromotionCounters.walked.load(ordering: .relaxed) - before
+        XCTAssertLessThanOrEqual(walked, 2 * n, "\(n) waits collected \(walked) operations from the queue")
+        XCTAssertTrue(ops.allSatisfy { $0.promotedRank.load(ordering: .relaxed) == high })
+        q.isSuspended = false
+        for w in waits { await w.value }
+    }
+}

@@ -33,7 +33,11 @@ import Synchronization
 //     not been below r while it held operations (`lowestRank`), so each operation in
 //     it runs at r or above and its dependencies were raised to its class when they
 //     became its dependencies (P3). Without the skip every wait on a narrow queue walks
-//     everything ahead of its operation, and n waits cost n²/2 visits. The queue
+//     everything ahead of its operation, and n waits cost n²/2 visits. For the same
+//     reason a queue's walk stops at the first unfinished operation whose floor is
+//     already at r: whatever raised it — a walk from it or from behind it, an add's
+//     promotion of everything ahead of the added one, a wait for the whole queue —
+//     raises everything ahead of it too, and every floor it raised stays. The queue
 //     records the highest r it skipped for (`skippedWaitRank`, until it drains), so
 //     that what could still go below it afterwards — an operation given a class of its
 //     own, the queue given a lower class — is raised to it then.
@@ -114,6 +118,9 @@ enum PromotionCounters {
     static let moved = Atomic<Int>(0)
     static let raised = Atomic<Int>(0)
     static let refused = Atomic<Int>(0)
+    /// Operations a walk collected from the queues ahead of what it promoted (for the
+    /// tests: P2's skip and stop keep it linear in the waits).
+    static let walked = Atomic<Int>(0)
 }
 
 extension Operation {

@@ -20,9 +20,15 @@ extension OperationQueue {
             var cursor = unsafe op.queueFields.prev
             while let c = unsafe cursor {
                 let o = unsafe c.takeUnretainedValue()
-                if !o.queueSync.done.load(ordering: .acquiring) { out.append(o) }
+                if !o.queueSync.done.load(ordering: .acquiring) {
+                    // A floor already at the walk's class stops it (P2): whatever raised
+                    // that floor raises, or has raised, everything ahead of it too.
+                    if let walkRank, o.promotedRank.load(ordering: .relaxed) >= walkRank { break }
+                    out.append(o)
+                }
                 unsafe cursor = unsafe o.queueFields.prev
             }
+            PromotionCounters.walked.add(out.count, ordering: .relaxed)
             return out
         }
     }
