@@ -39,8 +39,21 @@ extension PromotionTests {
     func testWhatASkippedWaitWaitsBehindIsRaisedIfItsClassDrops() async throws {
         let release = holdWorkers(of: .background)
         defer { release() }
+        await assertRaisedAfterASkippedWait(release, "an operation ahead given a class of its own below the wait's") {
+            _, ahead in ahead.qualityOfService = .background
+        }
+        await assertRaisedAfterASkippedWait(release, "the queue's own class lowered below the wait's") {
+            q, _ in q.qualityOfService = .background
+        }
+    }
+
+    /// A serial queue holding `ahead` and then the awaited operation, suspended; a
+    /// medium-priority wait on the awaited one skips the queue (P2); then `drop` lowers
+    /// a class, and the operation ahead must run at the wait's class all the same.
+    private func assertRaisedAfterASkippedWait(_ release: @Sendable () -> Void, _ what: String,
+                                               drop: (OperationQueue, BlockOperation) -> Void,
+                                               file: StaticString = #filePath, line: UInt = #line) async {
         let rank = ClassRank.of(QualityOfService.default)
-        // An operation ahead, given a class of its own below the wait's.
         let q = OperationQueue()
         q.maxConcurrentOperationCount = 1
         q.isSuspended = true
@@ -50,34 +63,17 @@ extension PromotionTests {
         q.addOperation(ahead)
         q.addOperation(awaited)
         let waiting = Task(priority: .medium) { await awaited.finished() }
-        XCTAssertTrue(eventually { q.state.locked { $0.skippedWaitRank } == rank }, "the wait did not reach the queue")
-        ahead.qualityOfService = .background
-        XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), rank, "the operation ahead was left below the wait")
+        XCTAssertTrue(eventually { q.state.locked { $0.skippedWaitRank } == rank },
+                      "\(what): the wait did not reach the queue", file: file, line: line)
+        drop(q, ahead)
+        XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), rank,
+                       "\(what): the operation ahead was left below the wait", file: file, line: line)
         q.isSuspended = false
         let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
-        XCTAssertTrue(ran, "the awaited operation waited behind background work")
+        XCTAssertTrue(ran, "\(what): the awaited operation waited behind background work", file: file, line: line)
         if !ran { release() }
         await waiting.value
-        assertRan(r, at: .default, "the operation ahead of the awaited one")
-        // The queue's own class lowered below the wait's.
-        let q2 = OperationQueue()
-        q2.maxConcurrentOperationCount = 1
-        q2.isSuspended = true
-        let r2 = Recorder()
-        let ahead2 = BlockOperation { r2.record() }
-        let awaited2 = BlockOperation {}
-        q2.addOperation(ahead2)
-        q2.addOperation(awaited2)
-        let waiting2 = Task(priority: .medium) { await awaited2.finished() }
-        XCTAssertTrue(eventually { q2.state.locked { $0.skippedWaitRank } == rank }, "the wait did not reach the queue")
-        q2.qualityOfService = .background
-        XCTAssertEqual(ahead2.promotedRank.load(ordering: .relaxed), rank, "the queue's lower class left the operation ahead below the wait")
-        q2.isSuspended = false
-        let ran2 = await Task.detached { eventually(within: 60) { awaited2.isFinished } }.value
-        XCTAssertTrue(ran2, "the awaited operation waited behind background work")
-        if !ran2 { release() }
-        await waiting2.value
-        assertRan(r2, at: .default, "the operation ahead, in a queue given a lower class")
+        assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
     }
 }
 
