@@ -103,3 +103,29 @@ extension PromotionTests {
         for w in waits { await w.value }
     }
 }
+
+extension PromotionTests {
+    /// An operation given a lower class of its own after it was queued counts for a
+    /// wait for the whole queue, which promotes the queue's operations below the
+    /// waiter's class: the queue notes it (`noteOwnClass`), as it notes one added with
+    /// a class of its own.
+    func testAClassSetAfterTheAddCountsForAWaitForTheWholeQueue() async throws {
+        let release = holdWorkers(of: .background)
+        defer { release() }
+        let q = OperationQueue()
+        q.isSuspended = true
+        let r = Recorder()
+        let op = BlockOperation { r.record() }
+        q.addOperation(op)
+        op.qualityOfService = .background
+        let waiting = Task(priority: .medium) { await q.allOperationsFinished() }
+        XCTAssertTrue(eventually { op.promotedRank.load(ordering: .relaxed) == ClassRank.of(QualityOfService.default) },
+                      "the wait for the queue left an operation given a lower class after its add below it")
+        q.isSuspended = false
+        let ran = await Task.detached { eventually(within: 60) { op.isFinished } }.value
+        XCTAssertTrue(ran, "the queue's wait waited behind background work")
+        if !ran { release() }
+        await waiting.value
+        assertRan(r, at: .default, "the operation given a lower class after its add")
+    }
+}
