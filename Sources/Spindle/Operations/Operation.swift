@@ -326,7 +326,8 @@ open class Operation: @unchecked Sendable {
                 $0.qualityOfService = newValue
                 $0.qosExplicit = true
             }
-            hasOwnPriority.store(true, ordering: .releasing)
+            // seq_cst: a Dekker pair with an add (ownClassChanged).
+            hasOwnPriority.store(true, ordering: .sequentiallyConsistent)
             ownClassChanged()
         }
     }
@@ -340,7 +341,8 @@ open class Operation: @unchecked Sendable {
         get { guarded.locked { $0.extras?.threadPriority ?? 0.5 } }
         set {
             withExtras { $0.threadPriority = min(max(newValue, 0), 1) }
-            hasOwnPriority.store(true, ordering: .releasing)
+            // seq_cst: a Dekker pair with an add (ownClassChanged).
+            hasOwnPriority.store(true, ordering: .sequentiallyConsistent)
             ownClassChanged()
         }
     }

@@ -259,7 +259,13 @@ open class OperationQueue: @unchecked Sendable {
                 fatalError("OperationQueue.maxConcurrentOperationCount must be -1 (the default) or >= 0, got \(newValue)")
             }
             if isMainQueue { return } // stays serial, as with Foundation
-            unsafe startWhatCan { unsafe $0.maxConcurrent = newValue }
+            var narrowed = false
+            unsafe startWhatCan { s in
+                narrowed = unsafe s.maxConcurrent < 0 && newValue >= 0 && unfinishedCount > 0
+                unsafe s.maxConcurrent = newValue
+            }
+            // Operations now wait behind others: what waits for them rises (P2).
+            if narrowed { promoteOnNarrowing() }
         }
     }
 

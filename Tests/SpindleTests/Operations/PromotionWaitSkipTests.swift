@@ -129,3 +129,96 @@ extension PromotionTests {
         assertRan(r, at: .default, "the operation given a lower class after its add")
     }
 }
+
+// An add whose operation already has a floor (a wait or a dependent reached it before
+// its add), and a queue made narrower: the operations it now waits behind rise to it.
+extension PromotionTests {
+    /// An operation waited for at a class before its add, added to a serial queue of that
+    /// class, raises what is ahead of it to that class: an operation ahead with a lower
+    /// class of its own, or, once the queue is given a lower class, every operation ahead.
+    func testAnAddWithAFloorRaisesWhatIsAheadOfIt() async throws {
+        let release = holdWorkers(of: .background)
+        defer { release() }
+        await assertRaisedAheadOfAWaitedAdd(release, "an operation ahead with a class of its own below the wait's",
+                                            before: { _, ahead in ahead.qualityOfService = .background })
+        await assertRaisedAheadOfAWaitedAdd(release, "the queue's own class lowered below the wait's after the add",
+                                            after: { q, _ in q.qualityOfService = .background })
+    }
+
+    /// A queue made serial while it holds an operation waited for above the queue's class
+    /// raises the operations ahead of that one, which it now waits behind, to the wait's
+    /// class; and so does the queue's class lowered below a wait it stood in for then.
+    func testAQueueMadeNarrowerRaisesWhatAWaitedOperationNowWaitsBehind() async throws {
+        let release = holdWorkers(of: .background)
+        defer { release() }
+        await assertRaisedAheadAfterNarrowing(release, "the queue below the wait's class", queueClass: .background)
+        await assertRaisedAheadAfterNarrowing(release, "the queue at the wait's class, then lowered", queueClass: .default,
+                                              after: { $0.qualityOfService = .background })
+    }
+
+    /// A queue of unlimited width and class `queueClass`, suspended, holding `ahead` and
+    /// `awaited`; a medium-priority wait on `awaited` (which walks nothing: nothing waits
+    /// behind anything yet); the queue is made serial, then `after` runs; `ahead` must
+    /// run at the wait's class.
+    private func assertRaisedAheadAfterNarrowing(_ release: @Sendable () -> Void, _ what: String,
+                                                 queueClass: QualityOfService,
+                                                 after: (OperationQueue) -> Void = { _ in },
+                                                 file: StaticString = #filePath, line: UInt = #line) async {
+        let rank = ClassRank.of(QualityOfService.default)
+        let q = OperationQueue()
+        q.qualityOfService = queueClass
+        q.isSuspended = true
+        let r = Recorder()
+        let ahead = BlockOperation { r.record() }
+        let awaited = BlockOperation {}
+        q.addOperation(ahead)
+        q.addOperation(awaited)
+        let waiting = Task(priority: .medium) { await awaited.finished() }
+        XCTAssertTrue(eventually { awaited.promotedRank.load(ordering: .relaxed) == rank },
+                      "\(what): the wait did not raise its operation", file: file, line: line)
+        XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), 0,
+                       "\(what): a wait on a queue of unlimited width walked it", file: file, line: line)
+        q.maxConcurrentOperationCount = 1
+        after(q)
+        XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), rank,
+                       "\(what): the operation the awaited one now waits behind was left below the wait",
+                       file: file, line: line)
+        q.isSuspended = false
+        let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
+        XCTAssertTrue(ran, "\(what): the awaited operation waited behind background work", file: file, line: line)
+        if !ran { release() }
+        await waiting.value
+        assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
+    }
+
+    /// A serial queue, suspended: `before` prepares `ahead` and the queue, `ahead` is
+    /// added, a medium-priority wait raises `awaited` before its add, `awaited` is added,
+    /// then `after` runs; `ahead` must run at the wait's class all the same.
+    private func assertRaisedAheadOfAWaitedAdd(_ release: @Sendable () -> Void, _ what: String,
+                                               before: (OperationQueue, BlockOperation) -> Void = { _, _ in },
+                                               after: (OperationQueue, BlockOperation) -> Void = { _, _ in },
+                                               file: StaticString = #filePath, line: UInt = #line) async {
+        let rank = ClassRank.of(QualityOfService.default)
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        let r = Recorder()
+        let ahead = BlockOperation { r.record() }
+        before(q, ahead)
+        q.addOperation(ahead)
+        let awaited = BlockOperation {}
+        let waiting = Task(priority: .medium) { await awaited.finished() }
+        XCTAssertTrue(eventually { awaited.promotedRank.load(ordering: .relaxed) == rank },
+                      "\(what): the wait did not raise its operation", file: file, line: line)
+        q.addOperation(awaited)
+        after(q, ahead)
+        XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), rank,
+                       "\(what): the operation ahead was left below the wait", file: file, line: line)
+        q.isSuspended = false
+        let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
+        XCTAssertTrue(ran, "\(what): the awaited operation waited behind background work", file: file, line: line)
+        if !ran { release() }
+        await waiting.value
+        assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
+    }
+}

@@ -175,7 +175,9 @@ extension Operation {
                     work.append((d, false))
                 }
             }
-            if !viaQueue && op.queueSync.word.load(ordering: .acquiring) != 0 {
+            // The same pair with an add: either this walks the queue, or the add's
+            // promotion (A5) reads the floor and walks it.
+            if !viaQueue && op.queueSync.word.load(ordering: .sequentiallyConsistent) != 0 {
                 op.withPinnedQueue { q in
                     for ahead in q.unfinishedAhead(of: op, walkRank: rank) { work.append((ahead, true)) }
                 }
@@ -220,7 +222,11 @@ extension Operation {
     /// and its unfinished dependencies follow.
     func ownClassChanged() {
         guard !finishHandled.load(ordering: .acquiring) else { return }
-        if queueSync.word.load(ordering: .acquiring) != 0 {
+        // A Dekker pair with an add (QueueMembership.swift, A3): the setter's flag, then
+        // this load of the queue word; the add's claim, then its load of the flag under
+        // the queue's lock (all seq_cst). Either this sees the operation queued and
+        // notes it, or the add sees the flag and does.
+        if queueSync.word.load(ordering: .sequentiallyConsistent) != 0 {
             // The queue now holds an operation with a class of its own, which a wait that
             // skipped it (P2) did not see: raise this one to that wait's class.
             var skipped: UInt8 = 0

@@ -54,8 +54,11 @@ extension OperationQueue {
         unsafe register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
         // A5. Its class reaches what it waits for (Promotion.swift, P3). Not a barrier's:
         // the queue's own, which no class waits on until an operation is added behind it.
-        if (!isBarrier || op.promotedRank.load(ordering: .relaxed) != 0)
-            && (!noDependencies || op.hasOwnPriority.load(ordering: .relaxed) || op.promotedRank.load(ordering: .relaxed) != 0) {
+        // The flag and the floor after the claim, seq_cst: the add's side of its pairs
+        // with a class set meanwhile and with a promotion's walk.
+        if (!isBarrier || op.promotedRank.load(ordering: .sequentiallyConsistent) != 0)
+            && (!noDependencies || op.hasOwnPriority.load(ordering: .sequentiallyConsistent)
+                || op.promotedRank.load(ordering: .sequentiallyConsistent) != 0) {
             promoteOnAdd(op)
         }
     }
@@ -136,7 +139,8 @@ extension OperationQueue {
                                 fresh: Bool, isBarrier: Bool) -> RegisterOutcome {
         var out = unsafe RegisterOutcome()
         unsafe s.link(u, op)
-        if unsafe !s.ownClassAdded && op.hasOwnPriority.load(ordering: .relaxed) { unsafe s.ownClassAdded = true }
+        // seq_cst: the add's side of its pair with a class set meanwhile (ownClassChanged).
+        if unsafe !s.ownClassAdded && op.hasOwnPriority.load(ordering: .sequentiallyConsistent) { unsafe s.ownClassAdded = true }
         // Which way it goes: behind a pending barrier, not ready yet, straight to the
         // pool (direct mode, nothing ahead of it), or onto its ready list.
         var becomesReady = false

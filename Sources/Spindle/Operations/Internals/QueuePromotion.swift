@@ -33,16 +33,57 @@ extension OperationQueue {
         }
     }
 
-    /// An operation was added (P3): its class reaches its unfinished dependencies, and,
-    /// when it is above the queue's, the operations ahead of it in a narrow queue.
+    /// An operation was added (P3): its class reaches its unfinished dependencies, and
+    /// the operations ahead of it in a narrow queue rise to its class when that is above
+    /// the queue's, and to its floor in any case: a wait or a dependent that reached it
+    /// before its add waits behind them as a wait's walk does (P2), skip, stop and
+    /// record included.
     func promoteOnAdd(_ op: Operation) {
         let raw = assignedQoS.load(ordering: .relaxed)
         let queueQoS = raw == Int.min ? QualityOfService.default : QualityOfService(rawValue: raw) ?? .default
         let rank = ClassRank.of(op.effectiveQoS(queueDefault: queueQoS))
         op.promoteDependencies(to: rank)
-        if rank > ClassRank.of(queueQoS) {
-            for ahead in unfinishedAhead(of: op) { ahead.promote(to: rank, walkQueue: false) }
+        // The class read above may be stale: the walk decides under the queue's lock,
+        // against `lowestRank`, which a lowered class has already lowered.
+        let aheadRank = rank > ClassRank.of(queueQoS) ? rank : op.promotedRank.load(ordering: .sequentiallyConsistent)
+        guard aheadRank > 0 else { return }
+        for ahead in unfinishedAhead(of: op, walkRank: aheadRank) { ahead.promote(to: aheadRank, walkQueue: false) }
+    }
+
+    /// The queue was made narrow (P2): each operation now waits behind the ones added
+    /// before it, which none of the walks so far collected (a queue of unlimited width
+    /// has nothing ahead). Each of those rises to the highest class asked of one behind
+    /// it — a floor, or a class of its own above the queue's — and the queue records
+    /// that class as one it stands in for, as for a skipped wait, so that lowering its
+    /// class later raises them.
+    func promoteOnNarrowing() {
+        let (ops, queueQoS) = unsafe state.locked { s -> ([Operation], QualityOfService) in
+            var out: [Operation] = []
+            var cursor = unsafe s.head
+            while let u = unsafe cursor {
+                let op = unsafe u.takeUnretainedValue()
+                if !op.queueSync.done.load(ordering: .acquiring) { out.append(op) }
+                unsafe cursor = unsafe op.queueFields.next
+            }
+            return unsafe (out, s.qualityOfService)
         }
+        let queueRank = ClassRank.of(queueQoS)
+        var asked: UInt8 = 0
+        var raise: [(Operation, UInt8)] = []
+        for op in ops.reversed() {
+            let floor = op.promotedRank.load(ordering: .sequentiallyConsistent)
+            let natural = ClassRank.of(op.naturalQoS(queueDefault: queueQoS))
+            if max(floor, natural) < asked { raise.append((op, asked)) }
+            asked = max(asked, floor, natural > queueRank ? natural : 0)
+        }
+        guard asked > 0 else { return }
+        let lowered = unsafe state.locked { s -> Bool in
+            unsafe s.skippedWaitRank = unsafe max(s.skippedWaitRank, asked)
+            return unsafe ClassRank.of(s.qualityOfService) < queueRank
+        }
+        for (op, rank) in raise { op.promote(to: rank, walkQueue: false) }
+        // Lowered while the operations were read: that change did not see the record.
+        if lowered { promoteAll(to: asked) }
     }
 
     /// Promotes every unfinished operation of the queue below `rank` to it (a wait for
