@@ -40,13 +40,20 @@ import Synchronization
 //     raises everything ahead of it too, and every floor it raised stays. The queue
 //     records the highest r it skipped for (`skippedWaitRank`, until it drains), so
 //     that what could still go below it afterwards — an operation given a class of its
-//     own, the queue given a lower class — is raised to it then.
+//     own, the queue given a lower class — is raised to it then. An operation that
+//     already has a floor when it is added (a wait or a dependent reached it first)
+//     walks what is ahead of it at that floor on its add, skip and record included, as
+//     a wait after the add would. A queue of unlimited width has nothing ahead; made
+//     narrow, it raises what each operation now waits behind to the highest class
+//     asked of one behind it, and records that class as a skipped wait's.
+//     Tests/Models/queue_promotion.pml checks the skip, its record and the add's walk
+//     against a class given to an operation ahead and the queue's class lowered.
 // P3. Who promotes:
 //     - a new dependency edge: the dependent's class onto the dependency, when the
 //       dependent's class is known (its own, or its queue's);
 //     - adding an operation to a queue: its class onto its unfinished dependencies,
 //       and, in a queue of limited width, onto the operations ahead of it when its
-//       class is above the queue's;
+//       class is above the queue's, and its floor in any case (P2);
 //     - a raised `qualityOfService` (or `threadPriority`);
 //     - a wait: `waitUntilFinished`, `waitUntilAllOperationsAreFinished`, `finished()`
 //       and `allOperationsFinished()`, at the class of the waiting thread or task.
