@@ -51,11 +51,17 @@ extension OperationQueue {
     /// blocking a thread (Spindle's addition). A task of a higher priority than the
     /// queue's operations promotes them to its class, as a blocking wait does.
     public func allOperationsFinished() async {
-        promoteAll(to: Promotion.callingTaskRank())
+        // The waiting task's class reaches every operation it waits for (Promotion.swift,
+        // P3), those added while it waits included.
+        let rank = Promotion.callingTaskRank()
         unsafe await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
             // safety: resumed once: here when the registration is refused, else by the
             // finish that drains the queue (Waiter.swift).
-            if unsafe !registerDrainWaiter(Waiter(continuation: c)) { unsafe c.resume() }
+            if unsafe registerDrainWaiter(Waiter(continuation: c), rank: rank) {
+                promoteAll(to: rank)
+            } else {
+                unsafe c.resume()
+            }
         }
     }
 

@@ -219,13 +219,16 @@ open class OperationQueue: @unchecked Sendable {
     /// to its class (<doc:QualityOfService>).
     open func waitUntilAllOperationsAreFinished() {
         // The waiting thread's class reaches every operation it waits for
-        // (Promotion.swift, P3).
-        promoteAll(to: Promotion.callingThreadRank())
+        // (Promotion.swift, P3), those added while it waits included.
+        let rank = Promotion.callingThreadRank()
         var latch = unsafe spindle_latch()
         unsafe spindle_latch_init(&latch)
         unsafe withUnsafeMutablePointer(to: &latch) { l in
             // Blocks this thread; a pool worker is compensated by a spare.
-            if unsafe registerDrainWaiter(Waiter(latch: l)) { unsafe spindle_latch_wait_blocking(l) }
+            if unsafe registerDrainWaiter(Waiter(latch: l), rank: rank) {
+                promoteAll(to: rank)
+                unsafe spindle_latch_wait_blocking(l)
+            }
         }
     }
 
@@ -307,10 +310,10 @@ open class OperationQueue: @unchecked Sendable {
                 // The class's history matters only for the operations it holds
                 // (Promotion.swift, P2).
                 unsafe s.lowestRank = unsafe s.linked == 0 ? rank : min(s.lowestRank, rank)
-                return unsafe s.skippedWaitRank
+                return unsafe max(s.skippedWaitRank, s.drainWaitRank)
             }
-            // A wait skipped the queue while its class was higher: what it waits behind
-            // may now run below it.
+            // A wait skipped the queue, or waits for all of it, while its class was
+            // higher: what it waits for may now run below it.
             if rank < skipped { promoteAll(to: skipped) }
         }
     }

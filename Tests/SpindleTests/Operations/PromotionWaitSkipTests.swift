@@ -222,3 +222,62 @@ extension PromotionTests {
         assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
     }
 }
+
+extension PromotionTests {
+    /// A wait for the whole queue waits for the operations added while it waits too:
+    /// they rise to its class on their add, an operation with a lower class of its own
+    /// included; and one that was at the queue's class when the wait began, given a
+    /// lower class of its own while it waits, rises to it as well.
+    func testAWaitForTheWholeQueueRaisesWhatIsAddedWhileItWaits() async throws {
+        let release = holdWorkers(of: .background)
+        defer { release() }
+        let rank = ClassRank.of(QualityOfService.default)
+        let q = OperationQueue()
+        q.isSuspended = true
+        let r1 = Recorder(), r2 = Recorder()
+        let lowered = BlockOperation { r2.record() }
+        q.addOperation(lowered)
+        let waiting = Task(priority: .medium) { await q.allOperationsFinished() }
+        XCTAssertTrue(eventually { q.state.locked { $0.drainWaitRank } == rank }, "the wait did not register")
+        let added = BlockOperation { r1.record() }
+        added.qualityOfService = .background
+        q.addOperation(added)
+        XCTAssertEqual(added.promotedRank.load(ordering: .relaxed), rank,
+                       "an operation added while a wait for the whole queue waits was left below it")
+        lowered.qualityOfService = .background
+        XCTAssertEqual(lowered.promotedRank.load(ordering: .relaxed), rank,
+                       "an operation given a lower class while a wait for the whole queue waits was left below it")
+        q.isSuspended = false
+        let drained = await Task.detached { eventually(within: 60) { q.operationCount == 0 } }.value
+        XCTAssertTrue(drained, "the wait for the whole queue waited behind background work")
+        if !drained { release() }
+        await waiting.value
+        XCTAssertEqual(q.state.locked { $0.drainWaitRank }, 0, "the wait's class outlived the drain")
+        assertRan(r1, at: .default, "the operation added while the queue's wait waited")
+        assertRan(r2, at: .default, "the operation given a lower class while the queue's wait waited")
+    }
+
+    /// The queue's class lowered while a wait for all of it waits: its operations rise
+    /// to the wait's class.
+    func testAQueueLoweredWhileAWaitForAllOfItWaitsRaisesItsOperations() async throws {
+        let release = holdWorkers(of: .background)
+        defer { release() }
+        let rank = ClassRank.of(QualityOfService.default)
+        let q = OperationQueue()
+        q.isSuspended = true
+        let r = Recorder()
+        let op = BlockOperation { r.record() }
+        q.addOperation(op)
+        let waiting = Task(priority: .medium) { await q.allOperationsFinished() }
+        XCTAssertTrue(eventually { q.state.locked { $0.drainWaitRank } == rank }, "the wait did not register")
+        q.qualityOfService = .background
+        XCTAssertEqual(op.promotedRank.load(ordering: .relaxed), rank,
+                       "the queue's class lowered under a wait for all of it left its operation below the wait")
+        q.isSuspended = false
+        let drained = await Task.detached { eventually(within: 60) { op.isFinished } }.value
+        XCTAssertTrue(drained, "the wait for the whole queue waited behind background work")
+        if !drained { release() }
+        await waiting.value
+        assertRan(r, at: .default, "the operation of the lowered queue")
+    }
+}

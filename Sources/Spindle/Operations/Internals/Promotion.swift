@@ -56,7 +56,10 @@ import Synchronization
 //       class is above the queue's, and its floor in any case (P2);
 //     - a raised `qualityOfService` (or `threadPriority`);
 //     - a wait: `waitUntilFinished`, `waitUntilAllOperationsAreFinished`, `finished()`
-//       and `allOperationsFinished()`, at the class of the waiting thread or task.
+//       and `allOperationsFinished()`, at the class of the waiting thread or task. A
+//       wait for the whole queue registers first, then promotes what the queue holds;
+//       from its registration until the queue drains, every operation added rises to
+//       its class under the queue's lock, before it can start (`drainWaitRank`).
 // P4. Where the run stands is one word, `execWord`: IDLE, SUBMITTED at a class, MOVED
 //     to a higher class, RUNNING at a class on a thread, DONE. The dispatcher writes
 //     SUBMITTED before the operation reaches a pool. Every runner claims it with a CAS

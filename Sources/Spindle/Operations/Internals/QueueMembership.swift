@@ -139,6 +139,10 @@ extension OperationQueue {
                                 fresh: Bool, isBarrier: Bool) -> RegisterOutcome {
         var out = unsafe RegisterOutcome()
         unsafe s.link(u, op)
+        // A wait for the whole queue is waiting: the operation rises to its class before
+        // it can start, here, where a fresh one is certainly alive; a caller's has its
+        // dependencies promoted at that floor by A5.
+        if unsafe s.drainWaitRank != 0 { _ = unsafe op.raiseFloor(to: s.drainWaitRank) }
         // seq_cst: the add's side of its pair with a class set meanwhile (ownClassChanged).
         if unsafe !s.ownClassAdded && op.hasOwnPriority.load(ordering: .sequentiallyConsistent) { unsafe s.ownClassAdded = true }
         // Which way it goes: behind a pending barrier, not ready yet, straight to the
@@ -315,6 +319,7 @@ extension OperationQueue {
                 // Nothing is left for a skipped wait to protect, nor for an earlier
                 // class to have left below it (Promotion.swift, P2).
                 unsafe s.skippedWaitRank = 0
+                unsafe s.drainWaitRank = 0
                 unsafe s.lowestRank = ClassRank.of(s.qualityOfService)
                 // The queue's reference to itself is ours now (LT2): it
                 // keeps the queue alive until we drop it, last. An operation added
@@ -348,6 +353,7 @@ extension OperationQueue {
                 unsafe waiters += state.locked { s -> [Waiter] in
                     unsafe s.releasing -= 1
                     guard unsafe s.isDrained(unfinished: unfinishedCount) else { return unsafe [] }
+                    unsafe s.drainWaitRank = 0
                     defer { unsafe s.waiters = unsafe [] }
                     return unsafe s.waiters
                 }
@@ -392,12 +398,15 @@ extension OperationQueue {
         }
     }
 
-    /// Registers `waiter` to be signalled when the queue has drained (see `isDrained`);
-    /// false, registering nothing, when it already has.
-    func registerDrainWaiter(_ waiter: Waiter) -> Bool {
+    /// Registers `waiter`, a wait at class `rank`, to be signalled when the queue has
+    /// drained (see `isDrained`); false, registering nothing, when it already has. The
+    /// operations added from now until then rise to `rank` on their add (P3); the
+    /// caller promotes those already in the queue (`promoteAll`).
+    func registerDrainWaiter(_ waiter: Waiter, rank: UInt8) -> Bool {
         unsafe state.locked { s -> Bool in
             if unsafe s.isDrained(unfinished: unfinishedCount) { return false }
             unsafe s.waiters.append(waiter)
+            unsafe s.drainWaitRank = unsafe max(s.drainWaitRank, rank)
             return true
         }
     }

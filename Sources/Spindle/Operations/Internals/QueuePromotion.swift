@@ -117,11 +117,12 @@ extension OperationQueue {
 
 extension OperationQueue {
     /// An operation of this queue was given a class of its own: notes it (P2's skip no
-    /// longer applies) and returns the class a skipped wait needs it at (0: none).
+    /// longer applies) and returns the class a skipped wait, or a wait for the whole
+    /// queue, needs it at (0: none).
     func noteOwnClass() -> UInt8 {
         unsafe state.locked { s -> UInt8 in
             unsafe s.ownClassAdded = true
-            return unsafe s.skippedWaitRank
+            return unsafe max(s.skippedWaitRank, s.drainWaitRank)
         }
     }
 }

@@ -51,6 +51,9 @@ extension OperationQueue {
         /// drained (Promotion.swift, P2).
         var lowestRank = ClassRank.of(QualityOfService.default)
         var skippedWaitRank: UInt8 = 0
+        /// The highest class of a wait for the whole queue since it last drained: an
+        /// operation added meanwhile rises to it on its add (Promotion.swift, P3).
+        var drainWaitRank: UInt8 = 0
         var underlyingQueue: DispatchQueue?
         var lastBarrier: Operation?
         var waiters: [Waiter] = unsafe []
