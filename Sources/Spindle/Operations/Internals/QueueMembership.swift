@@ -51,7 +51,7 @@ extension OperationQueue {
         let readyNow = noDependencies && (op.isPlainClass || op.isReady)
         // safety: the queue list's one reference, released when the list unlinks it
         // (QueueRegistry).
-        unsafe register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
+        let narrow = unsafe register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
         // A5. Its class reaches what it waits for (Promotion.swift, P3). Not a barrier's:
         // the queue's own, which no class waits on until an operation is added behind it.
         // The flag and the floor after the claim, seq_cst: the add's side of its pairs
@@ -59,13 +59,14 @@ extension OperationQueue {
         if (!isBarrier || op.promotedRank.load(ordering: .sequentiallyConsistent) != 0)
             && (!noDependencies || op.hasOwnPriority.load(ordering: .sequentiallyConsistent)
                 || op.promotedRank.load(ordering: .sequentiallyConsistent) != 0) {
-            promoteOnAdd(op)
+            promoteOnAdd(op, narrow: narrow)
         }
     }
 
     /// Registers a claimed operation and starts it if it may start. `u` is a reference
     /// the queue's list takes over. `fresh`: `op` was made by the caller, which keeps no
-    /// reference of its own.
+    /// reference of its own. Returns whether the queue limited its width when `op` was
+    /// linked (A5 then promotes what is ahead of it; a queue made narrow later does).
     ///
     /// The common case — no dependencies, ready — takes the queue lock once: register,
     /// and either start it directly (direct mode, nothing waiting ahead of it) or push
@@ -77,8 +78,9 @@ extension OperationQueue {
     /// atomic would stall on them instead: on a suspended queue, where nothing else
     /// touches that memory, adding costs the same with the lock as without it.
     @inline(__always)
+    @discardableResult
     func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
-                  fresh: Bool, isBarrier: Bool) {
+                  fresh: Bool, isBarrier: Bool) -> Bool {
         // An operation the caller holds keeps the queue alive for as long as it lives
         // (LT3); one made here needs only the queue's own reference.
         // The count goes up under the lock, before the operation can start, so before
@@ -105,6 +107,7 @@ extension OperationQueue {
             if !op.queueSync.readySignalled.load(ordering: .acquiring) { op.evaluateReadiness() }
         }
         if unsafe fresh && !outcome.signalled { unsafe u.release() }
+        return unsafe outcome.narrow
     }
 
     /// What `register` does under the queue's lock, returned rather than written to
@@ -117,8 +120,8 @@ extension OperationQueue {
         var start = Startable.none
         var config: DispatchConfig? = nil
         var released: Unmanaged<Operation>? = nil
-        /// `direct` and `signalled`, in one byte: a field more makes the outcome a
-        /// struct the optimizer copies.
+        /// `direct`, `signalled` and `narrow`, in one byte: a field more makes the
+        /// outcome a struct the optimizer copies.
         private var flags: UInt8 = 0
         /// Started directly: it goes straight to the pool.
         var direct: Bool {
@@ -131,6 +134,12 @@ extension OperationQueue {
             get { unsafe flags & 2 != 0 }
             set { unsafe flags = unsafe newValue ? flags | 2 : flags & ~2 }
         }
+        /// The queue limited its width (`maxConcurrent >= 0`) when the operation was
+        /// linked.
+        var narrow: Bool {
+            get { unsafe flags & 4 != 0 }
+            set { unsafe flags = unsafe newValue ? flags | 4 : flags & ~4 }
+        }
     }
 
     /// `register`'s locked section (A3).
@@ -139,6 +148,7 @@ extension OperationQueue {
                                 fresh: Bool, isBarrier: Bool) -> RegisterOutcome {
         var out = unsafe RegisterOutcome()
         unsafe s.link(u, op)
+        if !fresh { unsafe out.narrow = unsafe s.maxConcurrent >= 0 }
         // A wait for the whole queue is waiting: the operation rises to its class before
         // it can start, here, where a fresh one is certainly alive; a caller's has its
         // dependencies promoted at that floor by A5.

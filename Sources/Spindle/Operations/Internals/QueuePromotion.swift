@@ -38,13 +38,15 @@ extension OperationQueue {
     /// the queue's, and to its floor in any case: a wait or a dependent that reached it
     /// before its add waits behind them as a wait's walk does (P2), skip, stop and
     /// record included.
-    func promoteOnAdd(_ op: Operation) {
+    /// `narrow`: the queue limited its width when `op` was linked.
+    func promoteOnAdd(_ op: Operation, narrow: Bool) {
         let raw = assignedQoS.load(ordering: .relaxed)
         let queueQoS = raw == Int.min ? QualityOfService.default : QualityOfService(rawValue: raw) ?? .default
         let rank = ClassRank.of(op.effectiveQoS(queueDefault: queueQoS))
         op.promoteDependencies(to: rank)
         // The class read above may be stale: the walk decides under the queue's lock,
         // against `lowestRank`, which a lowered class has already lowered.
+        guard narrow else { return }
         let aheadRank = rank > ClassRank.of(queueQoS) ? rank : op.promotedRank.load(ordering: .sequentiallyConsistent)
         guard aheadRank > 0 else { return }
         for ahead in unfinishedAhead(of: op, walkRank: aheadRank) { ahead.promote(to: aheadRank, walkQueue: false) }
