@@ -81,7 +81,7 @@ func renderJSON(machine: Machine, results: [CaseResult]) -> String {
                           "\"tasks\":\(s.tasks > 0 ? s.tasks : c.tasks)", "\"reps\":\(c.reps)"]
             switch c.metric {
             case .nsPerTask:
-                fields.append("\"ns_per_task\":{\"median\":\(jsonNumber(median(s.samples))),\"min\":\(jsonNumber(s.samples.min()!)),\"max\":\(jsonNumber(s.samples.max()!))}")
+                fields.append("\"ns_per_task\":{\"median\":\(jsonNumber(median(s.samples))),\"min\":\(jsonNumber(s.samples.min()!)),\"max\":\(jsonNumber(s.samples.max()!)),\"samples\":[\(s.samples.map(jsonNumber).joined(separator: ","))]}")
             case .latency:
                 let p = s.percentiles
                 fields.append("\"latency_ns\":{\"p50\":\(jsonNumber(p["p50"] ?? .nan)),\"p99\":\(jsonNumber(p["p99"] ?? .nan)),\"p999\":\(jsonNumber(p["p999"] ?? .nan))}")
