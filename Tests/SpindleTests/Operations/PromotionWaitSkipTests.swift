@@ -281,3 +281,41 @@ extension PromotionTests {
         assertRan(r, at: .default, "the operation of the lowered queue")
     }
 }
+
+extension PromotionTests {
+    /// A class set on an operation while another thread adds it to a queue is seen by
+    /// one of the two: the queue notes that it holds an operation with a class of its
+    /// own (which P2's skip depends on), whichever of the two comes first. (The order
+    /// the pair needs, seq_cst on both sides, is checked by Tests/Models/
+    /// queue_promotion.pml: the reordering a weaker order allows is too rare on x86 for
+    /// a test to see.)
+    func testAClassSetWhileTheOperationIsAddedIsNotedByTheQueue() {
+        let n = Stress.count(20_000)
+        let queues = (0..<n).map { _ in
+            let q = OperationQueue()
+            q.isSuspended = true
+            return q
+        }
+        let ops = (0..<n).map { _ in BlockOperation {} }
+        let turnstile = Atomic<Int>(0)
+        // Both threads pass the turnstile together, then race their one step.
+        @Sendable func race(_ step: (Int) -> Void) {
+            for i in 0..<n {
+                turnstile.add(1, ordering: .sequentiallyConsistent)
+                while turnstile.load(ordering: .sequentiallyConsistent) < 2 * (i + 1) { sched_yield() }
+                step(i)
+            }
+        }
+        let done = DispatchSemaphore(value: 0)
+        Thread { race { queues[$0].addOperation(ops[$0]) }; done.signal() }.start()
+        Thread { race { ops[$0].qualityOfService = .background }; done.signal() }.start()
+        for _ in 0..<2 { XCTAssertEqual(done.wait(timeout: .now() + 300), .success, "the two threads did not finish") }
+        let missed = queues.filter { !$0.state.locked { $0.ownClassAdded } }.count
+        XCTAssertEqual(missed, 0, "\(missed) of \(n) queues missed a class set while their operation was added")
+        for q in queues {
+            q.cancelAllOperations()
+            q.isSuspended = false
+        }
+        for q in queues { q.waitUntilAllOperationsAreFinished() }
+    }
+}
