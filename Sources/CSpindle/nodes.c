@@ -17,6 +17,13 @@
  * SPINDLE_TASK_CACHED_BYTES are cached; larger ones are plain malloc blocks whose
  * header says so (owner NULL).
  *
+ * A cached block is carved from a slab of its heap's, never from malloc one by one: a
+ * cache of blocks malloc'ed between the program's own allocations would pin one block
+ * in every stretch of the heap a burst of submissions went through, and once the
+ * program freed its own objects around them the free memory would be left in tens of
+ * thousands of fragments, each reused cold and in turn. Slabs keep the cache in a few
+ * contiguous regions and let the rest of the heap merge.
+ *
  * Invariants
  *   N1  A heap's `local` list and its counts are touched only by the thread that owns
  *       the heap.
@@ -25,23 +32,22 @@
  *       popped singly, so there is no ABA: a push's CAS compares against a head it
  *       only links behind. The owner's acquire pairs with the pushers' releases, so a
  *       node's last use on the freeing thread happens before its reuse.
- *   N3  A heap is never freed. When its thread exits it is abandoned: its cached nodes
- *       go back to malloc, and it joins a list from which the next thread that needs a
- *       heap adopts it, with whatever was freed back to it in the meantime. Threads
- *       freeing to an abandoned heap free to malloc instead (a racing push is kept for
- *       the adopter). So the number of heaps is the largest number of threads that
- *       were ever alive at once, and a node's owner pointer is always valid.
+ *   N3  A heap and its slabs are never freed. When its thread exits it is abandoned:
+ *       it keeps its cached nodes, and joins a list from which the next thread that
+ *       needs a heap adopts it, with whatever was freed back to it in the meantime. So
+ *       the number of heaps is the largest number of threads that were ever alive at
+ *       once, and a node's owner pointer is always valid.
  *   N4  A thread that frees another heap's nodes gathers them in a batch for that heap
  *       and pushes the batch with one CAS: when it reaches NODE_BATCH, when a node of
  *       another heap comes along, when the thread parks as a worker, and when it exits.
  *       A batch is at most NODE_BATCH - 1 nodes held back from their owner.
- *   N5  A heap holds about NODE_CACHE_MAX nodes at most on its local list, and as many
- *       on their way back: its own frees past the bound go back to malloc, and a thread
- *       freeing its nodes frees them to malloc instead of pushing while that many are
- *       waiting on `remote`. A burst of a million submissions costs mallocs for what
- *       the cache cannot hold, and the frees of the excess fall on the workers, not on
- *       the submitter. A chain is counted by its pushers (`remote_count`), not by
- *       walking it, so the counts may be off by the pushes in flight.
+ *   N5  A heap carves at most NODE_CACHE_MAX blocks from its slabs, so it has at most
+ *       that many nodes, out, cached or on their way back. Past the bound it hands out
+ *       plain blocks (owner NULL), which go back to malloc wherever they are freed: a
+ *       burst of a million submissions costs mallocs for what the cache cannot hold,
+ *       and the frees of the excess fall on the workers, not on the submitter. A chain
+ *       is counted by its pushers (`remote_count`), not by walking it, so the local
+ *       count may be off by the pushes in flight.
  *   N6  A cached node's header has its owner's low bit set; freeing a node whose bit is
  *       set traps, naming the double free, before it can corrupt a list.
  *
@@ -50,9 +56,9 @@
  *
  * Rejected: a global lock-free free list (every submit and every run on one contended
  * line, and ABA on pop); a cache on the worker that frees (the submitter, who
- * allocates, would still go to malloc every time); slabs of nodes (cache-line-aligned
- * neighbours, but a slab can go back to malloc only when all its nodes have, which
- * needs a count per slab on the free path).
+ * allocates, would still go to malloc every time); giving slabs back to malloc (a slab
+ * can go only when all its nodes have, which needs a count per slab on the free path;
+ * a heap's slabs are bounded instead, and kept for the thread that adopts it).
  */
 #include "internal.h"
 
@@ -77,12 +83,13 @@
 
 /* Chain length a freeing thread gathers for one owner before pushing it (N4). */
 #define NODE_BATCH 32
-/* Nodes a heap keeps on its local list, and lets come back to it (N5): 1 MiB of 64-byte
- * blocks each way. A thread that submits in bursts runs ahead of the workers by as many
- * nodes as the burst's backlog; a cache smaller than the backlog sends the difference
- * through malloc and free on every burst. The memory is what the burst needed anyway,
- * and goes back to malloc when the thread exits. */
+/* Blocks a heap carves from its slabs (N5): 1 MiB of 64-byte blocks. A thread that
+ * submits in bursts runs ahead of the workers by as many nodes as the burst's backlog;
+ * a cache smaller than the backlog sends the difference through malloc and free on
+ * every burst. The memory is what the burst needed anyway. */
 #define NODE_CACHE_MAX 16384
+/* Blocks per slab: 64 KiB, below malloc's mmap threshold, allocated as needed. */
+#define SLAB_BLOCKS 1024
 
 typedef struct node_heap node_heap;
 
@@ -106,12 +113,13 @@ struct node_heap {
      * after each push and taken after each take, so it may count a push early or late;
      * the local count never goes below 0 (N5 is a bound, not a census). */
     _Atomic uint32_t remote_count;
-    /* Set when the owner thread exits (N3). Relaxed: a hint to freeing threads, who
-     * would otherwise push to a heap nobody takes from until it is adopted. */
-    _Atomic bool abandoned;
     /* Owner only (N1). */
     SPINDLE_ALIGNED node_header *local;
     uint32_t nlocal;
+    /* The slab being carved: its next block and its end; and the blocks carved so far,
+     * from every slab (N5). */
+    char *slab_next, *slab_end;
+    uint32_t carved;
     /* This thread's batch of another heap's nodes (N4). */
     node_heap *batch_owner;
     node_header *batch_first, *batch_last;
@@ -151,7 +159,7 @@ static void heap_setup(void) {
     pthread_atfork(NULL, NULL, reset_in_child);
 }
 
-/* Puts `h`, already marked abandoned, on the list for the next new thread to adopt. */
+/* Puts `h` on the list for the next new thread to adopt. */
 static void give_back(node_heap *h) {
     pthread_mutex_lock(&abandoned_lock);
     h->next_abandoned = abandoned;
@@ -168,26 +176,23 @@ static node_heap *heap_for_thread_slow(void) {
     node_heap *h = abandoned;
     if (h) abandoned = h->next_abandoned;
     pthread_mutex_unlock(&abandoned_lock);
-    if (h) {
-        /* Relaxed: the lock ordered the exiting thread's writes before ours. */
-        atomic_store_explicit(&h->abandoned, false, memory_order_relaxed);
-    } else {
+    if (!h) {
         h = aligned_alloc(SPINDLE_CACHELINE, sizeof *h);
         if (!h) return NULL;
         atomic_init(&h->remote, NULL);
         atomic_init(&h->remote_count, 0);
-        atomic_init(&h->abandoned, false);
         h->local = NULL;
         h->nlocal = 0;
+        h->slab_next = h->slab_end = NULL;
+        h->carved = 0;
         h->batch_owner = NULL;
         h->batch_first = h->batch_last = NULL;
         h->nbatch = 0;
         h->next_abandoned = NULL;
     }
     if (pthread_setspecific(heap_key, h) != 0) {
-        /* Cannot be told when this thread exits: give the heap back at once, abandoned
-         * again for whatever may still be freed back to it. */
-        atomic_store_explicit(&h->abandoned, true, memory_order_relaxed);
+        /* Cannot be told when this thread exits: give the heap back at once, for whatever
+         * may still be freed back to it. */
         give_back(h);
         return NULL;
     }
@@ -200,34 +205,26 @@ static inline node_heap *heap_for_thread(void) {
     return h ? h : heap_for_thread_slow();
 }
 
-/* Gives a cached-size block back to malloc (unpoisoned: it may have been cached). */
-static void free_block(node_header *b) {
-    UNPOISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
-    COUNT_BLOCK(blocks_freed);
-    free(b);
-}
-
-/* Gives the chain from `first` back to malloc, up to `last` (whose link may be stale)
- * or to the end of the list when `last` is NULL. */
-static void free_chain(node_header *first, node_header *last) {
-    while (first) {
-        node_header *next = first == last ? NULL : first->next;
-        free_block(first);
-        first = next;
+/* Carves a block from `h`'s slabs, or returns NULL when it has carved its bound (N5)
+ * or malloc refuses a new slab. */
+static node_header *carve(node_heap *h) {
+    if (h->slab_next == h->slab_end) {
+        if (h->carved + SLAB_BLOCKS > NODE_CACHE_MAX) return NULL;
+        char *slab = malloc((size_t)SLAB_BLOCKS * BLOCK_BYTES);
+        if (!slab) return NULL;
+        h->slab_next = slab;
+        h->slab_end = slab + (size_t)SLAB_BLOCKS * BLOCK_BYTES;
     }
+    node_header *b = (node_header *)h->slab_next;
+    h->slab_next += BLOCK_BYTES;
+    h->carved++;
+    COUNT_BLOCK(blocks_malloced);
+    return b;
 }
 
-/* Pushes the `n` nodes first..last onto `owner`'s remote stack (N2), or frees them when
- * the owner has gone (N3). */
+/* Pushes the `n` nodes first..last onto `owner`'s remote stack (N2). An abandoned
+ * owner's nodes wait there for its adopter (N3). */
 static void push_remote(node_heap *owner, node_header *first, node_header *last, uint32_t n) {
-    /* Relaxed: both are hints. An owner that has gone, or that has as many nodes coming
-     * back as it keeps (N5), gets none: they go back to malloc here, on the freeing
-     * thread, not on the owner's, which is the one submitting. */
-    if (atomic_load_explicit(&owner->abandoned, memory_order_relaxed) ||
-        atomic_load_explicit(&owner->remote_count, memory_order_relaxed) >= NODE_CACHE_MAX) {
-        free_chain(first, last);
-        return;
-    }
     /* Relaxed load: the CAS below re-reads it. */
     node_header *head = atomic_load_explicit(&owner->remote, memory_order_relaxed);
     do {
@@ -263,10 +260,9 @@ static node_header *take_remote(node_heap *h) {
     /* Acquire pairs with the pushers' release CAS (N2). */
     node_header *first = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
     if (!first) return NULL;
-    /* Relaxed: a count for a bound (see remote_count). The pushers stop adding at
-     * NODE_CACHE_MAX (push_remote), so the chain is about that long at most, and
-     * becomes the local list whole and unwalked: each node is touched when it is handed
-     * out, and not before. */
+    /* Relaxed: a count (see remote_count). The heap has carved NODE_CACHE_MAX blocks at
+     * most (N5), so the chain is that long at most, and becomes the local list whole and
+     * unwalked: each node is touched when it is handed out, and not before. */
     uint32_t n = atomic_exchange_explicit(&h->remote_count, 0, memory_order_relaxed);
     h->local = first->next;
     h->nlocal = n ? n - 1 : 0;
@@ -289,10 +285,13 @@ void *spindle_task_alloc(size_t bytes) {
         /* The next node was most likely last written on another CPU (its free): fetch it
          * for writing now, while this one is filled in and submitted. */
         if (next) __builtin_prefetch(next, 1, 3);
-    } else if (!(b = take_remote(h))) {
-        b = malloc(BLOCK_BYTES);
+    } else if (!(b = take_remote(h)) && !(b = carve(h))) {
+        /* Past the bound (N5): a plain block, which goes back to malloc when freed. */
+        b = malloc(sizeof(node_header) + bytes);
         if (!b) return NULL;
         COUNT_BLOCK(blocks_malloced);
+        b->owner = 0;
+        return b + 1;
     }
     /* The caller's bytes only: the rest of the block stays poisoned under ASan. */
     POISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
@@ -306,6 +305,7 @@ void spindle_task_free(void *node) {
     node_header *b = (node_header *)node - 1;
     uintptr_t owner_bits = b->owner;
     if (owner_bits == 0) {
+        COUNT_BLOCK(blocks_freed);
         free(b);
         return;
     }
@@ -318,13 +318,9 @@ void spindle_task_free(void *node) {
     POISON(b + 1, SPINDLE_TASK_CACHED_BYTES);
     node_heap *me = heap_for_thread();
     if (owner == me) {
-        if (me->nlocal < NODE_CACHE_MAX) {
-            b->next = me->local;
-            me->local = b;
-            me->nlocal++;
-        } else {
-            free_block(b);
-        }
+        b->next = me->local;
+        me->local = b;
+        me->nlocal++;
         return;
     }
     if (!me) {
@@ -348,16 +344,8 @@ static void heap_exit(void *arg) {
     flush_batch(h);
     tls_heap = NULL;
     tls_exited = true;
-    /* Relaxed: freeing threads read it as a hint (N3); give_back's lock publishes the
-     * rest to the adopter. */
-    atomic_store_explicit(&h->abandoned, true, memory_order_relaxed);
-    free_chain(h->local, NULL);
-    h->local = NULL;
-    h->nlocal = 0;
-    /* Relaxed: see remote_count. Acquire below: as in take_remote (N2). Later pushes
-     * stay for the adopter. */
-    atomic_store_explicit(&h->remote_count, 0, memory_order_relaxed);
-    free_chain(atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire), NULL);
+    /* give_back's lock publishes the heap, its local list and its slab to the adopter,
+     * which takes over what was freed back meanwhile. */
     give_back(h);
 }
 
