@@ -140,8 +140,9 @@ static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 static node_heap *abandoned; /* under abandoned_lock */
 
 #ifdef SPINDLE_TESTING
-/* Test counters (spindle_test_task_cache): relaxed, on the malloc and free paths only,
- * and only in debug builds (seams.c). */
+/* Test counters (spindle_test_task_cache): blocks carved or malloc'ed, and blocks given
+ * back to malloc. Relaxed, off the cache's fast paths, and only in debug builds
+ * (seams.c). */
 static _Atomic uint64_t blocks_malloced, blocks_freed;
 #define COUNT_BLOCK(counter) atomic_fetch_add_explicit(&(counter), 1, memory_order_relaxed)
 #else
@@ -274,6 +275,7 @@ void *spindle_task_alloc(size_t bytes) {
     if (bytes > SPINDLE_TASK_CACHED_BYTES || !(h = heap_for_thread())) {
         node_header *b = malloc(sizeof(node_header) + bytes);
         if (!b) return NULL;
+        COUNT_BLOCK(blocks_malloced);
         b->owner = 0;
         return b + 1;
     }

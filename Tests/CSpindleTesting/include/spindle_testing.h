@@ -131,8 +131,8 @@ int spindle_test_current_cpu(void);
 void spindle_test_relax(void);
 
 /** The task-node cache (nodes.c): how many nodes the calling thread's heap holds on its
- *  local list, and how many cached-size blocks all threads have taken from malloc and
- *  given back to it so far. Any pointer may be NULL. */
+ *  local list, and how many blocks all threads have taken (carved from a slab or
+ *  malloc'ed) and given back to malloc so far. Any pointer may be NULL. */
 void spindle_test_task_cache(uint32_t *local, uint64_t *malloced, uint64_t *freed);
 /** Pushes the calling thread's batch of other threads' nodes to their owners now, as a
  *  worker does before it parks. */

@@ -44,9 +44,9 @@ extension OperationQueue {
         let queueQoS = raw == Int.min ? QualityOfService.default : QualityOfService(rawValue: raw) ?? .default
         let rank = ClassRank.of(op.effectiveQoS(queueDefault: queueQoS))
         op.promoteDependencies(to: rank)
+        guard narrow else { return }
         // The class read above may be stale: the walk decides under the queue's lock,
         // against `lowestRank`, which a lowered class has already lowered.
-        guard narrow else { return }
         let aheadRank = rank > ClassRank.of(queueQoS) ? rank : op.promotedRank.load(ordering: .sequentiallyConsistent)
         guard aheadRank > 0 else { return }
         for ahead in unfinishedAhead(of: op, walkRank: aheadRank) { ahead.promote(to: aheadRank, walkQueue: false) }
