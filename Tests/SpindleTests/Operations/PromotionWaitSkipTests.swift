@@ -68,12 +68,7 @@ extension PromotionTests {
         drop(q, ahead)
         XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), rank,
                        "\(what): the operation ahead was left below the wait", file: file, line: line)
-        q.isSuspended = false
-        let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
-        XCTAssertTrue(ran, "\(what): the awaited operation waited behind background work", file: file, line: line)
-        if !ran { release() }
-        await waiting.value
-        assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
+        await resumeAndAssertRanAtTheWaitsClass(q, awaited: awaited, waiting: waiting, r, release, what, file: file, line: line)
     }
 }
 
@@ -183,12 +178,7 @@ extension PromotionTests {
         XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), rank,
                        "\(what): the operation the awaited one now waits behind was left below the wait",
                        file: file, line: line)
-        q.isSuspended = false
-        let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
-        XCTAssertTrue(ran, "\(what): the awaited operation waited behind background work", file: file, line: line)
-        if !ran { release() }
-        await waiting.value
-        assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
+        await resumeAndAssertRanAtTheWaitsClass(q, awaited: awaited, waiting: waiting, r, release, what, file: file, line: line)
     }
 
     /// A serial queue, suspended: `before` prepares `ahead` and the queue, `ahead` is
@@ -214,12 +204,7 @@ extension PromotionTests {
         after(q, ahead)
         XCTAssertEqual(ahead.promotedRank.load(ordering: .relaxed), rank,
                        "\(what): the operation ahead was left below the wait", file: file, line: line)
-        q.isSuspended = false
-        let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
-        XCTAssertTrue(ran, "\(what): the awaited operation waited behind background work", file: file, line: line)
-        if !ran { release() }
-        await waiting.value
-        assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
+        await resumeAndAssertRanAtTheWaitsClass(q, awaited: awaited, waiting: waiting, r, release, what, file: file, line: line)
     }
 }
 
@@ -317,5 +302,22 @@ extension PromotionTests {
             q.isSuspended = false
         }
         for q in queues { q.waitUntilAllOperationsAreFinished() }
+    }
+}
+
+extension PromotionTests {
+    /// Resumes `q`, whose class's background workers the caller holds (`release` lets
+    /// them go when the wait is stuck behind them), and checks that `awaited` finishes,
+    /// that `waiting` returns, and that the operation ahead, which records into `r`, ran
+    /// at the wait's class.
+    func resumeAndAssertRanAtTheWaitsClass(_ q: OperationQueue, awaited: Operation, waiting: Task<Void, Never>,
+                                           _ r: Recorder, _ release: @Sendable () -> Void, _ what: String,
+                                           file: StaticString, line: UInt) async {
+        q.isSuspended = false
+        let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
+        XCTAssertTrue(ran, "\(what): the awaited operation waited behind background work", file: file, line: line)
+        if !ran { release() }
+        await waiting.value
+        assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
     }
 }
