@@ -116,12 +116,8 @@ extension PromotionTests {
         let waiting = Task(priority: .medium) { await q.allOperationsFinished() }
         XCTAssertTrue(eventually { op.promotedRank.load(ordering: .relaxed) == ClassRank.of(QualityOfService.default) },
                       "the wait for the queue left an operation given a lower class after its add below it")
-        q.isSuspended = false
-        let ran = await Task.detached { eventually(within: 60) { op.isFinished } }.value
-        XCTAssertTrue(ran, "the queue's wait waited behind background work")
-        if !ran { release() }
-        await waiting.value
-        assertRan(r, at: .default, "the operation given a lower class after its add")
+        await resumeAndAssertRanAtTheWaitsClass(q, awaited: op, waiting: waiting, r, release, "a wait for the whole queue",
+                                                recorded: "the operation given a lower class after its add")
     }
 }
 
@@ -258,12 +254,8 @@ extension PromotionTests {
         q.qualityOfService = .background
         XCTAssertEqual(op.promotedRank.load(ordering: .relaxed), rank,
                        "the queue's class lowered under a wait for all of it left its operation below the wait")
-        q.isSuspended = false
-        let drained = await Task.detached { eventually(within: 60) { op.isFinished } }.value
-        XCTAssertTrue(drained, "the wait for the whole queue waited behind background work")
-        if !drained { release() }
-        await waiting.value
-        assertRan(r, at: .default, "the operation of the lowered queue")
+        await resumeAndAssertRanAtTheWaitsClass(q, awaited: op, waiting: waiting, r, release, "a wait for the whole queue",
+                                                recorded: "the operation of the lowered queue")
     }
 }
 
@@ -308,16 +300,17 @@ extension PromotionTests {
 extension PromotionTests {
     /// Resumes `q`, whose class's background workers the caller holds (`release` lets
     /// them go when the wait is stuck behind them), and checks that `awaited` finishes,
-    /// that `waiting` returns, and that the operation ahead, which records into `r`, ran
-    /// at the wait's class.
+    /// that `waiting` returns, and that the operation that records into `r` (`recorded`:
+    /// by default, the one ahead of the awaited one) ran at the wait's class.
     func resumeAndAssertRanAtTheWaitsClass(_ q: OperationQueue, awaited: Operation, waiting: Task<Void, Never>,
                                            _ r: Recorder, _ release: @Sendable () -> Void, _ what: String,
-                                           file: StaticString, line: UInt) async {
+                                           recorded: String = "the operation ahead of the awaited one",
+                                           file: StaticString = #filePath, line: UInt = #line) async {
         q.isSuspended = false
         let ran = await Task.detached { eventually(within: 60) { awaited.isFinished } }.value
         XCTAssertTrue(ran, "\(what): the awaited operation waited behind background work", file: file, line: line)
         if !ran { release() }
         await waiting.value
-        assertRan(r, at: .default, "\(what): the operation ahead of the awaited one", file: file, line: line)
+        assertRan(r, at: .default, "\(what): \(recorded)", file: file, line: line)
     }
 }
