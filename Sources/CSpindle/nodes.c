@@ -48,6 +48,11 @@
  *       and the frees of the excess fall on the workers, not on the submitter. A chain
  *       is counted by its pushers (`remote_count`), not by walking it, so the local
  *       count may be off by the pushes in flight.
+ *   N7  A heap's slabs grow with what it has carved: the first holds SLAB_FIRST_BLOCKS,
+ *       each later one as many blocks as all before it, up to SLAB_MAX_BLOCKS. A heap
+ *       never holds more than twice the blocks it has carved, plus the first slab, so a
+ *       thread that submits a few tasks keeps a few kilobytes, however many threads
+ *       do so.
  *   N6  A cached node's header has its owner's low bit set; freeing a node whose bit is
  *       set traps, naming the double free, before it can corrupt a list.
  *
@@ -88,8 +93,13 @@
  * a cache smaller than the backlog sends the difference through malloc and free on
  * every burst. The memory is what the burst needed anyway. */
 #define NODE_CACHE_MAX 16384
-/* Blocks per slab: 64 KiB, below malloc's mmap threshold, allocated as needed. */
-#define SLAB_BLOCKS 1024
+/* Blocks per slab (N7): 2 KiB first, doubling to 64 KiB, below malloc's mmap
+ * threshold. The sizes add up to NODE_CACHE_MAX exactly (32 + 32 + 64 + ... + 512 is
+ * 1024, then fifteen slabs of 1024), so the last slab is carved to its end. */
+#define SLAB_FIRST_BLOCKS 32
+#define SLAB_MAX_BLOCKS 1024
+_Static_assert(NODE_CACHE_MAX % SLAB_MAX_BLOCKS == 0 && SLAB_MAX_BLOCKS % SLAB_FIRST_BLOCKS == 0,
+               "the slabs end where the bound does");
 
 typedef struct node_heap node_heap;
 
@@ -120,6 +130,8 @@ struct node_heap {
      * from every slab (N5). */
     char *slab_next, *slab_end;
     uint32_t carved;
+    /* Bytes of slab taken from malloc, for the tests of N7. */
+    size_t slab_bytes;
     /* This thread's batch of another heap's nodes (N4). */
     node_heap *batch_owner;
     node_header *batch_first, *batch_last;
@@ -168,6 +180,36 @@ static void give_back(node_heap *h) {
     pthread_mutex_unlock(&abandoned_lock);
 }
 
+static node_heap *new_heap(void) {
+    node_heap *h = aligned_alloc(SPINDLE_CACHELINE, sizeof *h);
+    if (!h) return NULL;
+    atomic_init(&h->remote, NULL);
+    atomic_init(&h->remote_count, 0);
+    h->local = NULL;
+    h->nlocal = 0;
+    h->slab_next = h->slab_end = NULL;
+    h->carved = 0;
+    h->slab_bytes = 0;
+    h->batch_owner = NULL;
+    h->batch_first = h->batch_last = NULL;
+    h->nbatch = 0;
+    h->next_abandoned = NULL;
+    return h;
+}
+
+/* Makes `h` the calling thread's heap, or gives it back when the thread's exit could not
+ * be seen. */
+static node_heap *install_heap(node_heap *h) {
+    if (pthread_setspecific(heap_key, h) != 0) {
+        /* Cannot be told when this thread exits: give the heap back at once, for whatever
+         * may still be freed back to it. */
+        give_back(h);
+        return NULL;
+    }
+    tls_heap = h;
+    return h;
+}
+
 static node_heap *heap_for_thread_slow(void) {
     if (tls_exited) return NULL;
     pthread_once(&heap_once, heap_setup);
@@ -177,28 +219,8 @@ static node_heap *heap_for_thread_slow(void) {
     node_heap *h = abandoned;
     if (h) abandoned = h->next_abandoned;
     pthread_mutex_unlock(&abandoned_lock);
-    if (!h) {
-        h = aligned_alloc(SPINDLE_CACHELINE, sizeof *h);
-        if (!h) return NULL;
-        atomic_init(&h->remote, NULL);
-        atomic_init(&h->remote_count, 0);
-        h->local = NULL;
-        h->nlocal = 0;
-        h->slab_next = h->slab_end = NULL;
-        h->carved = 0;
-        h->batch_owner = NULL;
-        h->batch_first = h->batch_last = NULL;
-        h->nbatch = 0;
-        h->next_abandoned = NULL;
-    }
-    if (pthread_setspecific(heap_key, h) != 0) {
-        /* Cannot be told when this thread exits: give the heap back at once, for whatever
-         * may still be freed back to it. */
-        give_back(h);
-        return NULL;
-    }
-    tls_heap = h;
-    return h;
+    if (!h && !(h = new_heap())) return NULL;
+    return install_heap(h);
 }
 
 static inline node_heap *heap_for_thread(void) {
@@ -210,11 +232,17 @@ static inline node_heap *heap_for_thread(void) {
  * or malloc refuses a new slab. */
 static node_header *carve(node_heap *h) {
     if (h->slab_next == h->slab_end) {
-        if (h->carved + SLAB_BLOCKS > NODE_CACHE_MAX) return NULL;
-        char *slab = malloc((size_t)SLAB_BLOCKS * BLOCK_BYTES);
+        if (h->carved >= NODE_CACHE_MAX) return NULL;
+        /* N7: as many blocks as carved so far, between the first slab's and the largest. */
+        uint32_t blocks = h->carved < SLAB_FIRST_BLOCKS ? SLAB_FIRST_BLOCKS
+                          : h->carved > SLAB_MAX_BLOCKS ? SLAB_MAX_BLOCKS
+                                                        : h->carved;
+        size_t bytes = (size_t)blocks * BLOCK_BYTES;
+        char *slab = malloc(bytes);
         if (!slab) return NULL;
         h->slab_next = slab;
-        h->slab_end = slab + (size_t)SLAB_BLOCKS * BLOCK_BYTES;
+        h->slab_end = slab + bytes;
+        h->slab_bytes += bytes;
     }
     node_header *b = (node_header *)h->slab_next;
     h->slab_next += BLOCK_BYTES;
@@ -357,5 +385,19 @@ void spindle_test_task_cache(uint32_t *local, uint64_t *malloced, uint64_t *free
     if (local) *local = h ? h->nlocal : 0;
     if (malloced) *malloced = atomic_load_explicit(&blocks_malloced, memory_order_relaxed);
     if (freed) *freed = atomic_load_explicit(&blocks_freed, memory_order_relaxed);
+}
+
+bool spindle_test_task_new_heap(void) {
+    if (tls_heap || tls_exited) return false;
+    pthread_once(&heap_once, heap_setup);
+    if (!heap_key_ok) return false;
+    node_heap *h = new_heap();
+    return h && install_heap(h);
+}
+
+void spindle_test_task_heap(uint32_t *carved, uint64_t *slab_bytes) {
+    node_heap *h = tls_heap;
+    if (carved) *carved = h ? h->carved : 0;
+    if (slab_bytes) *slab_bytes = h ? h->slab_bytes : 0;
 }
 #endif

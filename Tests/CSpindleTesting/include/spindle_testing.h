@@ -134,6 +134,12 @@ void spindle_test_relax(void);
  *  local list, and how many blocks all threads have taken (carved from a slab or
  *  malloc'ed) and given back to malloc so far. Any pointer may be NULL. */
 void spindle_test_task_cache(uint32_t *local, uint64_t *malloced, uint64_t *freed);
+/** Gives the calling thread, which must have no heap of task nodes yet, a new one rather
+ *  than the heap of a thread that exited; false if it already had one. */
+bool spindle_test_task_new_heap(void);
+/** The calling thread's heap of task nodes: the blocks it has carved, and the bytes of
+ *  slab it has taken from malloc for them (nodes.c, N7). */
+void spindle_test_task_heap(uint32_t *carved, uint64_t *slab_bytes);
 /** Pushes the calling thread's batch of other threads' nodes to their owners now, as a
  *  worker does before it parks. */
 void spindle_task_cache_flush(void);

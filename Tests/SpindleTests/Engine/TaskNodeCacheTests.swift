@@ -47,20 +47,18 @@ final class TaskNodeCacheTests: XCTestCase {
         var localAfterTake: UInt32 = 0
         var handedOut: [UInt] = []
         var freedByOtherThread: UInt64 = 0
+        var newHeap = false
     }
 
     func testNodesFreedOnAnotherThreadComeBackToTheirOwner() {
-        // The owner is a thread of its own: the test thread's heap may still be getting
-        // nodes back from pools of other tests. It may adopt the heap of a thread that
-        // has exited, with the nodes cached there and freed back to it (N3): it takes
-        // them all first (an allocation that finds the local list empty takes what came
-        // back, and leaves it empty only once nothing had).
+        // The owner is a thread of its own, with a new heap: the test thread's heap may
+        // still be getting nodes back from pools of other tests, and a heap adopted from
+        // a thread that exited holds whatever was cached and freed back to it (N3).
         let n = 500
         let nodes = Nodes(), seen = Seen()
         onThreadThatExits {
-            var inherited: [UInt] = []
-            repeat { inherited += alloc(1) } while localCount() > 0
-            defer { free(inherited) }
+            seen.newHeap = spindle_test_task_new_heap()
+            guard seen.newHeap else { return }
             nodes.addresses = alloc(n)
             onThreadThatExits {
                 for a in nodes.addresses { spindle_task_free(UnsafeMutableRawPointer(bitPattern: a)) }
@@ -73,6 +71,7 @@ final class TaskNodeCacheTests: XCTestCase {
             seen.handedOut = [first] + alloc(n - 1)
             free(seen.handedOut)
         }
+        XCTAssertTrue(seen.newHeap, "the owner did not get a new heap")
         XCTAssertEqual(seen.localAfterTake, UInt32(n - 1), "every node freed on the other thread came back to its owner")
         XCTAssertEqual(Set(seen.handedOut), Set(nodes.addresses), "the same nodes are handed out again, and no others")
     }
@@ -94,6 +93,9 @@ final class TaskNodeCacheTests: XCTestCase {
         let n = 50_000
         let nodes = Nodes(), seen = Seen()
         onThreadThatExits {
+            // A new heap, as above: nothing cached before the test's nodes.
+            seen.newHeap = spindle_test_task_new_heap()
+            guard seen.newHeap else { return }
             nodes.addresses = alloc(n)
             let before = counters()
             onThreadThatExits {
@@ -104,6 +106,7 @@ final class TaskNodeCacheTests: XCTestCase {
             seen.localAfterTake = localCount()
             spindle_task_free(first)
         }
+        XCTAssertTrue(seen.newHeap, "the owner did not get a new heap")
         let kept = UInt64(seen.localAfterTake) + 1
         XCTAssertGreaterThan(seen.freedByOtherThread, 0, "past the bound, the freeing thread gives nodes to malloc")
         XCTAssertLessThan(kept, UInt64(n), "the owner takes back a bounded number of nodes")
@@ -147,6 +150,36 @@ final class TaskNodeCacheTests: XCTestCase {
                              "only \(adjacent) of \(sorted.count) nodes lie next to another: they sit among the program's allocations")
         free(nodes.addresses)
         spindle_task_cache_flush()
+    }
+
+    /// A heap's slabs grow with what it has carved (N7): a thread that allocates one node
+    /// takes a slab of a few kilobytes, and one that allocates thousands holds at most
+    /// twice the blocks it has carved.
+    func testAHeapsSlabsGrowWithWhatItHasCarved() {
+        let block = UInt64(MemoryLayout<UInt>.size * 2) + UInt64(SPINDLE_TASK_CACHED_BYTES)
+        final class Heap: @unchecked Sendable {
+            var fresh = false
+            var afterOne: (carved: UInt32, bytes: UInt64) = (0, 0)
+            var afterMany: (carved: UInt32, bytes: UInt64) = (0, 0)
+        }
+        let heap = Heap()
+        onThreadThatExits { [heap] in
+            // A heap of its own: an adopted one may have carved already.
+            heap.fresh = spindle_test_task_new_heap()
+            let one = alloc(1)
+            heap.afterOne = heapFigures()
+            let many = alloc(5000)
+            heap.afterMany = heapFigures()
+            free(one + many)
+        }
+        XCTAssertTrue(heap.fresh, "the thread did not get a new heap")
+        XCTAssertEqual(heap.afterOne.carved, 1)
+        XCTAssertLessThanOrEqual(heap.afterOne.bytes, 4096,
+                                 "one node took \(heap.afterOne.bytes) bytes of slab")
+        XCTAssertEqual(heap.afterMany.carved, 5001)
+        XCTAssertGreaterThanOrEqual(heap.afterMany.bytes, 5001 * block)
+        XCTAssertLessThanOrEqual(heap.afterMany.bytes, 2 * 5001 * block,
+                                 "5 001 nodes took \(heap.afterMany.bytes) bytes of slab")
     }
 
     func testLargerNodesArePlainBlocks() {
@@ -213,6 +246,12 @@ fileprivate func counters() -> (malloced: UInt64, freed: UInt64) {
     var m: UInt64 = 0, f: UInt64 = 0
     spindle_test_task_cache(nil, &m, &f)
     return (m, f)
+}
+
+fileprivate func heapFigures() -> (carved: UInt32, bytes: UInt64) {
+    var carved: UInt32 = 0, bytes: UInt64 = 0
+    spindle_test_task_heap(&carved, &bytes)
+    return (carved, bytes)
 }
 
 fileprivate func alloc(_ n: Int, bytes: Int = 40) -> [UInt] {
