@@ -23,6 +23,11 @@
  *       its CAS either wins the CAS (then nobody overwrote slot t: that needs top > t)
  *       or loses it and discards what it read.
  *
+ * Model: Tests/Models/deque.pml checks I3 and I4 over every interleaving of the owner's
+ * pushes (the overflow included) and takes with two thieves, on a ring that fills and
+ * wraps; its mutants show what each CAS and the take's order of `bottom` and `top` are
+ * for (scripts/model-check.sh).
+ *
  * Bounded ring, not a growable buffer (a choice worth arguing)
  *   Chase–Lev's original deque grows by copying into a bigger array, and the old array
  *   can be freed only once no thief can still be reading it: that needs safe memory
