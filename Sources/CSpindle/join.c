@@ -22,6 +22,10 @@
  *     futex waiter re-checks its word after waking (glibc's mutex unlock and Rust's
  *     Futex-based Once make the same trade).
  *
+ * Model: Tests/Models/join_wait.pml checks L1 and L2 for a worker that waits, against the
+ * setter and wakes from elsewhere: no lost wake-up, and the idle accounting true
+ * whether the setter finds the waiter in its wait or already parked in its main loop.
+ *
  * Join frames. spindle_fork pushes the frame on the worker's own deque (or, from
  * outside the pool, on the injector; past a worker's stack floor, nowhere: worker.c,
  * W4). spindle_join pops the deque until it meets the frame (true: the caller runs it
