@@ -21,6 +21,9 @@
  *   M2  A thread sleeps only on state == 2, and whoever releases a lock whose state was
  *       2 wakes one sleeper; a woken thread re-acquires with state 2 (it cannot know
  *       whether others still sleep), so no wake-up is lost.
+ *
+ * Model: Tests/Models/mutex.pml checks M1 and M2 over every interleaving of three threads
+ * taking the lock twice each, spin included (scripts/model-check.sh).
  */
 #include "internal.h"
 
