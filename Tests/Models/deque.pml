@@ -171,10 +171,11 @@ active [THIEVES] proctype Thief() {
     done++
 }
 
-/* After everything has stopped: every item was handed out exactly once. */
+/* Once nothing can move: everyone has finished, and every item was handed out exactly
+ * once. */
 active proctype Final() {
     byte i = 1;
-    done == THIEVES + 1;
+    timeout -> assert(done == THIEVES + 1);
     do
     :: i <= N -> assert(handed[i] == 1); i++
     :: else -> break
