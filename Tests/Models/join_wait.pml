@@ -154,6 +154,8 @@ woken:
      * the list, and a stale token only makes it look again. */
     list_self(0);
     main_parked = 1;
+    /* Parked for good here is a valid end: an idle worker. */
+end_idle:
     do
     :: park();
        acquire();
