@@ -48,13 +48,13 @@
  *       and the frees of the excess fall on the workers, not on the submitter. A chain
  *       is counted by its pushers (`remote_count`), not by walking it, so the local
  *       count may be off by the pushes in flight.
- *   N7  A heap's slabs grow with what it has carved: the first holds SLAB_FIRST_BLOCKS,
- *       each later one as many blocks as all before it, up to SLAB_MAX_BLOCKS. A heap
- *       never holds more than twice the blocks it has carved, plus the first slab, so a
- *       thread that submits a few tasks keeps a few kilobytes, however many threads
- *       do so.
  *   N6  A cached node's header has its owner's low bit set; freeing a node whose bit is
  *       set traps, naming the double free, before it can corrupt a list.
+ *   N7  A heap's slabs grow with what it has carved: the first holds SLAB_FIRST_BLOCKS,
+ *       each later one as many blocks as all before it, up to SLAB_MAX_BLOCKS, and the
+ *       last stops at the bound (N5). A heap holds its first slab, or at most twice the
+ *       blocks it has carved, so a thread that submits a few tasks keeps a few
+ *       kilobytes, however many threads do so.
  *
  * Model: Tests/Models/nodes.pml checks N2-N4 over every interleaving of a heap's owner,
  * two threads freeing its nodes in batches and the thread that adopts the heap when the
@@ -98,12 +98,9 @@
  * every burst. The memory is what the burst needed anyway. */
 #define NODE_CACHE_MAX 16384
 /* Blocks per slab (N7): 2 KiB first, doubling to 64 KiB, below malloc's mmap
- * threshold. The sizes add up to NODE_CACHE_MAX exactly (32 + 32 + 64 + ... + 512 is
- * 1024, then fifteen slabs of 1024), so the last slab is carved to its end. */
+ * threshold. */
 #define SLAB_FIRST_BLOCKS 32
 #define SLAB_MAX_BLOCKS 1024
-_Static_assert(NODE_CACHE_MAX % SLAB_MAX_BLOCKS == 0 && SLAB_MAX_BLOCKS % SLAB_FIRST_BLOCKS == 0,
-               "the slabs end where the bound does");
 
 typedef struct node_heap node_heap;
 
@@ -241,6 +238,7 @@ static node_header *carve(node_heap *h) {
         uint32_t blocks = h->carved < SLAB_FIRST_BLOCKS ? SLAB_FIRST_BLOCKS
                           : h->carved > SLAB_MAX_BLOCKS ? SLAB_MAX_BLOCKS
                                                         : h->carved;
+        if (blocks > NODE_CACHE_MAX - h->carved) blocks = NODE_CACHE_MAX - h->carved;
         size_t bytes = (size_t)blocks * BLOCK_BYTES;
         char *slab = malloc(bytes);
         if (!slab) return NULL;
