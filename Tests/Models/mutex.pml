@@ -44,7 +44,10 @@ inline futex_wait(me) {
     asleep[me] == 0
 }
 
-/* spindle_futex_wake(word, 1) */
+/* spindle_futex_wake(word, 1). It names each thread's flag, so it is written for three. */
+#if THREADS != 3
+#error "futex_wake wakes one of three threads"
+#endif
 inline futex_wake() {
     atomic {
         if

@@ -174,6 +174,17 @@ active proctype Freer2() {
     freers_done++
 }
 
+/* The adopter allocates until the heap has nothing left. */
+inline take_all() {
+    do
+    :: alloc(x);
+       if
+       :: x != 0 -> got++
+       :: else -> break
+       fi
+    od
+}
+
 /* The next thread that needs a heap adopts this one (N3), and allocates from it: some
  * now, the rest once every free has arrived. */
 active proctype Adopter() {
@@ -194,22 +205,10 @@ active proctype Adopter() {
     :: break
     od;
     freers_done == 2;
-    do
-    :: alloc(x);
-       if
-       :: x != 0 -> got++
-       :: else -> break
-       fi
-    od;
+    take_all();
     (owner_done);
     /* Nothing more can arrive: the heap's nodes are all here, each held once. */
-    do
-    :: alloc(x);
-       if
-       :: x != 0 -> got++
-       :: else -> break
-       fi
-    od;
+    take_all();
     assert(got == NODES && held[1] == 1 && held[2] == 1 && held[3] == 1);
     adopter_done = 1
 }
