@@ -84,6 +84,19 @@ inline list_self(in_task) {
     release()
 }
 
+/* spindle_idle_sleep's loop, once: park, then see under the lock whether a waker took
+ * the waiter off the list (and if so, take up what the wake said: take_wake). */
+inline park_and_look() {
+    park();
+    acquire();
+    still = in_sleepers;
+    if
+    :: !still -> w_searching = woken_searching
+    :: else -> skip
+    fi;
+    release()
+}
+
 active proctype Waiter() {
     bit still, failed;
     /* spindle_worker_wait_latch */
@@ -112,14 +125,7 @@ active proctype Waiter() {
        do
        :: latch == SET -> goto unlist
        :: else ->
-          park();
-          acquire();
-          still = in_sleepers;
-          if
-          :: !still -> w_searching = woken_searching    /* take_wake */
-          :: else -> skip
-          fi;
-          release();
+          park_and_look();
           if
           :: !still -> goto woken
           :: else -> skip    /* a stale token: sleep again, unless the latch is set */
@@ -157,14 +163,7 @@ woken:
     /* Parked for good here is a valid end: an idle worker. */
 end_idle:
     do
-    :: park();
-       acquire();
-       still = in_sleepers;
-       if
-       :: !still -> w_searching = woken_searching
-       :: else -> skip
-       fi;
-       release();
+    :: park_and_look();
        if
        :: !still -> break
        :: else -> skip
