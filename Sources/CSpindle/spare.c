@@ -82,8 +82,10 @@
  *       SPINDLE_SPARE_RETRY_NS. Without the pause, the refusal's own look at the
  *       queues (park.c, S2) would claim the slot again at once, and the pool would retry for as
  *       long as its worker blocks, on every CPU. After it, the next submission or the
- *       monitor's next tick tries again; meanwhile the work waits for a worker to
- *       return. The first refusal is said once, through the engine's log.
+ *       monitor's next tick tries again (watch_pool: while a worker is counted out and
+ *       work waits with nobody looking for it), so a worker that waits for the very
+ *       work queued behind it gets a spare once the system allows one; meanwhile the
+ *       work waits. The first refusal is said once, through the engine's log.
  *
  * Model: Tests/Models/counted_out.pml checks C1 over every interleaving of a worker
  * (explicit sections, unannounced blocking, parking) and the monitor.
@@ -363,6 +365,11 @@ static bool watch_pool(spindle_pool *pool, uint64_t elapsed_ns, bool *suspect) {
         else if (!blocked)
             monitor_count_in(pool, w);
     }
+    /* C4: work waiting while workers are counted out, and nobody looking for it. The
+     * spare claimed for it was refused, and its worker may be waiting for that very
+     * work, with no submission to come that would claim one again: try again now,
+     * which the pause after the refusal turns into one try per pause. */
+    if (counted_any && work) spindle_notify_one(pool);
     return true;
 }
 

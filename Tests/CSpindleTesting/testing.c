@@ -304,6 +304,37 @@ int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms) {
     _exit(run_rendezvous(kind == SPINDLE_SEAM_SERVICE));
 }
 
+int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid != 0) return wait_for_child(pid, timeout_ms);
+    atomic_store_explicit(&spindle_test_refusals, 0, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_refused_threads, SPINDLE_SEAM_SPARE, memory_order_relaxed);
+    spindle_config cfg;
+    spindle_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.pinning = SPINDLE_PIN_NONE;
+    spindle_pool *pool;
+    if (spindle_pool_create(&cfg, &pool) != 0) _exit(30);
+    /* The first task waits for the second as an operation waits for one queued behind
+     * it: only a spare can run the second. The patience only bounds a failing run. */
+    static rendezvous r;
+    r.patience_ms = 60000;
+    if (spindle_submit(pool, rendezvous_first, &r) != 0) _exit(31);
+    if (spindle_submit(pool, rendezvous_second, &r) != 0) _exit(32);
+    /* The first refusal: the worker has blocked and claimed a spare in vain. */
+    for (int i = 0; atomic_load_explicit(&spindle_test_refusals, memory_order_relaxed) == 0; i++) {
+        if (i == 60000) _exit(33);
+        struct timespec t = {0, 1000000};
+        nanosleep(&t, NULL);
+    }
+    atomic_store_explicit(&spindle_test_refused_threads, 0, memory_order_relaxed);
+    if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) _exit(34);
+    /* Acquire: after destroy joined the workers, but the loads need no more. */
+    if (!atomic_load_explicit(&r.second_ran, memory_order_acquire)) _exit(35);
+    _exit(atomic_load_explicit(&r.second_during_first, memory_order_relaxed) ? 0 : 36);
+}
+
 void spindle_test_log(spindle_log_level level, const char *message) { spindle_log(level, "%s", message); }
 
 size_t spindle_test_plan_bytes(const spindle_plan *p) {

@@ -123,6 +123,14 @@ enum { SPINDLE_TEST_REFUSE_SPARE = 1, SPINDLE_TEST_REFUSE_SPAWNER = 2, SPINDLE_T
  *  step that did not (see testing.c), 2 on timeout, 128 + signal, or -errno. */
 int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms);
 
+/** Forks; in the child, a one-worker pool runs a task that blocks (saying so) until the
+ *  next task has run, however long that takes, while the system refuses spare threads.
+ *  Once the first refusal is seen, threads are allowed again: a spare must then start
+ *  and run the next task while the first still blocks, with no other submission to
+ *  prompt it. Returns 0 when it does, another code naming the step that did not (see
+ *  testing.c), 2 on timeout, 128 + signal, or -errno. */
+int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */

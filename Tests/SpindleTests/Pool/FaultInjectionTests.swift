@@ -109,4 +109,13 @@ final class FaultInjectionTests: XCTestCase {
                            "the \(name) refused")
         }
     }
+
+    /// A spare the system refused is tried again once the pause after a refusal has
+    /// passed (spare.c, C4), by the monitor when nothing else prompts it: a task that
+    /// blocks until the task queued behind it has run gets a spare once threads are
+    /// allowed again, and does not wait for ever.
+    func testARefusedSpareIsTriedAgainWhileItsWorkerBlocks() throws {
+        if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
+        XCTAssertEqual(spindle_test_spare_allowed_again_in_forked_child(120_000), 0)
+    }
 }
