@@ -14,8 +14,10 @@ trap 'rm -rf "$work"' EXIT
 status=0
 check() { # model, defines, expect (ok|fails)
   local model="$1" defines="$2" expect="$3"
+  # -w: pan.c is generated code. The largest model stores about 25 million states in
+  # about 3 GB; -DCOLLAPSE would halve that, and slow every model by a third.
   (cd "$work" && rm -f pan* ./*.trail && spin $defines -a "$model" >/dev/null &&
-     "$cc" -O2 -DSAFETY -o pan pan.c && ./pan -E >pan.out 2>&1) || true
+     "$cc" -O2 -w -DSAFETY -o pan pan.c && ./pan -E >pan.out 2>&1) || true
   local errors
   errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$work/pan.out" | head -1)
   local states

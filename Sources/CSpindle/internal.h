@@ -425,11 +425,15 @@ static inline uint64_t spindle_seam_latch_wake_delay(void) {
 }
 extern _Atomic uint32_t spindle_test_refused_threads;
 extern _Atomic uint32_t spindle_test_refusals;
+extern _Atomic uint32_t spindle_test_refusal_gate;
+void spindle_seam_wait_at_refusal_gate(void);
 /* Relaxed, both: a test sets the kinds before the thread creations it concerns, and
- * reads the count of refusals after them. */
+ * reads the count of refusals after them. A closed gate holds each refusal, counted,
+ * until the test opens it (spindle_seam_wait_at_refusal_gate). */
 static inline bool spindle_seam_thread_refused(uint32_t kind) {
     if ((atomic_load_explicit(&spindle_test_refused_threads, memory_order_relaxed) & kind) == 0) return false;
     atomic_fetch_add_explicit(&spindle_test_refusals, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&spindle_test_refusal_gate, memory_order_relaxed)) spindle_seam_wait_at_refusal_gate();
     return true;
 }
 void spindle_seam_wait_while_held(spindle_pool *pool);

@@ -85,9 +85,10 @@
  *      worker checks for quiescence: shutting down, the injector's `len` at 0 (no
  *      outside submitter in flight, step 3; a refused submitter that was counted for a
  *      moment and takes `len` back to 0 wakes the workers to check again), every
- *      worker parked outside any task (so none can spawn), and every queue empty. The
- *      first to see it sets `terminated` and wakes everyone; workers exit when they
- *      see `terminated`.
+ *      worker parked outside any task (so none can spawn; a spare whose thread the
+ *      system refuses was counted running, and wakes them too: spare.c, C4), and
+ *      every queue empty. The first to see it sets `terminated` and wakes everyone;
+ *      workers exit when they see `terminated`.
  *      Quiescence is stable: only running tasks or outside submitters create work, and
  *      there are none. Nothing is lost: each queued task was run or cancelled before
  *      the queues could read empty.
@@ -101,6 +102,10 @@
  *      cancelled), and then waits for `stopped`: every caller returns only once the
  *      pool has stopped. Escalation needs no wake-up: a worker reads the mode for each
  *      task it runs, and sleeping workers have nothing to cancel.
+ *   Tests/Models/shutdown.pml checks steps 2 and 4-6 with Spin, over every interleaving
+ *   of two workers, a task that blocks until the child it spawns has run, an outside
+ *   submitter and two callers; Tests/Models/shutdown_spares.pml does the same with a
+ *   spare standing in for the blocked worker (step 5's wait for spares included).
  */
 #include "internal.h"
 

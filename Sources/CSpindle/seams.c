@@ -44,6 +44,13 @@ void spindle_test_limit_threads(int32_t limit) {
  * the engine's own use (the monitor) (spawn.c, spindle_start_service_thread). */
 _Atomic uint32_t spindle_test_refused_threads;
 _Atomic uint32_t spindle_test_refusals;
+_Atomic uint32_t spindle_test_refusal_gate;
+
+void spindle_seam_wait_at_refusal_gate(void) {
+    /* Acquire pairs with the test's release store that opens the gate. */
+    while (atomic_load_explicit(&spindle_test_refusal_gate, memory_order_acquire) != 0)
+        spindle_futex_wait(&spindle_test_refusal_gate, 1);
+}
 
 /* A held pool (spindle_test_hold_pool) stands for a pool whose workers are all busy,
  * without needing them to run: a worker that takes a task waits before running it

@@ -87,8 +87,10 @@
  *       work queued behind it gets a spare once the system allows one; meanwhile the
  *       work waits. The first refusal is said once, through the engine's log.
  *
- * Model: Tests/Models/counted_out.pml checks C1 over every interleaving of a worker
- * (explicit sections, unannounced blocking, parking) and the monitor.
+ * Models: Tests/Models/counted_out.pml checks C1 over every interleaving of a worker
+ * (explicit sections, unannounced blocking, parking) and the monitor;
+ * Tests/Models/shutdown_spares.pml checks C2-C4 with a worker blocked on the work
+ * queued behind it, a spare claimed, refused once, retried and retired, and a shutdown.
  */
 #include "internal.h"
 
@@ -256,6 +258,11 @@ void spindle_spare_start_failed(spindle_pool *pool, spindle_worker *w) {
         atomic_thread_fence(memory_order_seq_cst);
         if (spindle_pool_has_pending_work(pool)) spindle_notify_one(pool);
     }
+    /* Shutdown step 4: it was counted unparked, so a worker that parked since could not
+     * find the pool quiescent, and no other is left to look. Wake them all to look
+     * again, as a refused submitter does. seq_cst, after the RMW above: if this reads
+     * 0, the shutdown's CAS comes later, and its own wake-up follows. */
+    if (atomic_load_explicit(&pool->shutdown, memory_order_seq_cst) != 0) spindle_notify_all(pool);
     /* Release pairs with shutdown's acquire: the pool outlives every started spare. */
     atomic_fetch_sub_explicit(&pool->spares_running, 1, memory_order_release);
     spindle_futex_wake(&pool->spares_running, INT_MAX);

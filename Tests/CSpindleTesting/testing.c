@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -333,6 +334,69 @@ int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms) {
     /* Acquire: after destroy joined the workers, but the loads need no more. */
     if (!atomic_load_explicit(&r.second_ran, memory_order_acquire)) _exit(35);
     _exit(atomic_load_explicit(&r.second_during_first, memory_order_relaxed) ? 0 : 36);
+}
+
+static _Atomic int first_may_return;
+
+static void blocks_until_told(void *ctx, spindle_run_reason reason) {
+    (void)ctx;
+    (void)reason;
+    spindle_blocking_begin();
+    /* Acquire pairs with the test's release store. */
+    while (!atomic_load_explicit(&first_may_return, memory_order_acquire)) {
+        struct timespec t = {0, 100000};
+        nanosleep(&t, NULL);
+    }
+    spindle_blocking_end();
+}
+
+static void *shut_down_pool(void *pool) {
+    return (void *)(intptr_t)spindle_pool_shutdown(pool, SPINDLE_SHUTDOWN_DRAIN);
+}
+
+/* Waits up to 60 s, in 1 ms steps, for `cond`; exits the child with `code` if it never
+ * held. */
+#define WAIT_OR_EXIT(cond, code)                                                                   \
+    do {                                                                                           \
+        for (int i_ = 0; !(cond); i_++) {                                                          \
+            if (i_ == 60000) _exit(code);                                                          \
+            nanosleep(&(struct timespec){0, 1000000}, NULL);                                       \
+        }                                                                                          \
+    } while (0)
+
+int spindle_test_spare_refused_during_shutdown_in_forked_child(uint32_t timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid != 0) return wait_for_child(pid, timeout_ms);
+    atomic_store_explicit(&spindle_test_refusals, 0, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_refusal_gate, 1, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_refused_threads, SPINDLE_SEAM_SPARE, memory_order_relaxed);
+    spindle_config cfg;
+    spindle_config_init(&cfg);
+    cfg.workers = 1;
+    cfg.pinning = SPINDLE_PIN_NONE;
+    spindle_pool *pool;
+    if (spindle_pool_create(&cfg, &pool) != 0) _exit(40);
+    static rendezvous r;
+    if (spindle_submit(pool, blocks_until_told, NULL) != 0) _exit(41);
+    if (spindle_submit(pool, rendezvous_second, &r) != 0) _exit(42);
+    /* The worker blocked and claimed a spare; the spawner holds its refusal. */
+    WAIT_OR_EXIT(atomic_load_explicit(&spindle_test_refusals, memory_order_relaxed) != 0, 43);
+    pthread_t shutter;
+    if (pthread_create(&shutter, NULL, shut_down_pool, pool) != 0) _exit(44);
+    WAIT_OR_EXIT(spindle_pool_is_shutting_down(pool), 45);
+    /* Now the worker runs the rest and parks, while the spare still counts as running:
+     * the pool is not quiescent yet. */
+    atomic_store_explicit(&first_may_return, 1, memory_order_release);
+    WAIT_OR_EXIT(spindle_pool_parked(pool) == 1, 46);
+    /* The refusal: the last count that kept the pool from terminating goes. */
+    atomic_store_explicit(&spindle_test_refusal_gate, 0, memory_order_release);
+    spindle_futex_wake(&spindle_test_refusal_gate, INT_MAX);
+    void *rc;
+    if (pthread_join(shutter, &rc) != 0 || rc != NULL) _exit(47);
+    spindle_pool_free(pool);
+    /* Acquire: after the shutdown joined the workers, but the load needs no more. */
+    _exit(atomic_load_explicit(&r.second_ran, memory_order_acquire) ? 0 : 48);
 }
 
 void spindle_test_log(spindle_log_level level, const char *message) { spindle_log(level, "%s", message); }

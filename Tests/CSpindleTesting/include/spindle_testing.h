@@ -131,6 +131,13 @@ int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms);
  *  testing.c), 2 on timeout, 128 + signal, or -errno. */
 int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms);
 
+/** Forks; in the child, a one-worker pool whose task blocks (saying so) claims a spare,
+ *  which the system refuses only after the pool has begun to shut down, its worker has
+ *  run everything and parked. The shutdown must still finish, and every task run.
+ *  Returns 0 when it does, another code naming the step that did not (see testing.c),
+ *  2 on timeout, 128 + signal, or -errno. */
+int spindle_test_spare_refused_during_shutdown_in_forked_child(uint32_t timeout_ms);
+
 /** Restricts the calling thread to `cpu`; returns 0 or an errno. */
 int spindle_test_pin_self(int cpu);
 /** The CPU the calling thread runs on (sched_getcpu). */

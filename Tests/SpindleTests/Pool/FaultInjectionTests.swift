@@ -118,4 +118,12 @@ final class FaultInjectionTests: XCTestCase {
         if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
         XCTAssertEqual(spindle_test_spare_allowed_again_in_forked_child(120_000), 0)
     }
+
+    /// A spare claimed before a shutdown and refused by the system after the pool's last
+    /// worker parked (shutdown step 4, spare.c): the refusal wakes the workers to look
+    /// for quiescence again, so the shutdown finishes and every task has run.
+    func testASpareRefusedDuringShutdownLetsItFinish() throws {
+        if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
+        XCTAssertEqual(spindle_test_spare_refused_during_shutdown_in_forked_child(60_000), 0)
+    }
 }
