@@ -254,15 +254,30 @@ static int live_threads(void) {
     return n;
 }
 
-/* In the child: a one-worker pool runs the rendezvous; 0 when both tasks ran, and the
- * second during the first's blocking exactly when `spare_expected`. */
-static int run_rendezvous(bool spare_expected) {
+/* A pool of one unpinned worker, for the tests in which a task blocks; NULL if it
+ * could not be made. */
+static spindle_pool *one_worker_pool(void) {
     spindle_config cfg;
     spindle_config_init(&cfg);
     cfg.workers = 1;
     cfg.pinning = SPINDLE_PIN_NONE;
     spindle_pool *pool;
-    if (spindle_pool_create(&cfg, &pool) != 0) return 20;
+    return spindle_pool_create(&cfg, &pool) == 0 ? pool : NULL;
+}
+
+/* In a forked child: every spare's thread refused from now on, counted from 0, each
+ * refusal held until the test opens the gate if `gate`. */
+static void refuse_spares(bool gate) {
+    atomic_store_explicit(&spindle_test_refusals, 0, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_refusal_gate, gate ? 1u : 0u, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_refused_threads, SPINDLE_SEAM_SPARE, memory_order_relaxed);
+}
+
+/* In the child: a one-worker pool runs the rendezvous; 0 when both tasks ran, and the
+ * second during the first's blocking exactly when `spare_expected`. */
+static int run_rendezvous(bool spare_expected) {
+    spindle_pool *pool = one_worker_pool();
+    if (!pool) return 20;
     /* Long enough for a spare to start on a busy machine; a refused spare never does. */
     static rendezvous r;
     r.patience_ms = spare_expected ? 60000 : 300;
@@ -309,14 +324,9 @@ int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms) {
     pid_t pid = fork();
     if (pid < 0) return -errno;
     if (pid != 0) return wait_for_child(pid, timeout_ms);
-    atomic_store_explicit(&spindle_test_refusals, 0, memory_order_relaxed);
-    atomic_store_explicit(&spindle_test_refused_threads, SPINDLE_SEAM_SPARE, memory_order_relaxed);
-    spindle_config cfg;
-    spindle_config_init(&cfg);
-    cfg.workers = 1;
-    cfg.pinning = SPINDLE_PIN_NONE;
-    spindle_pool *pool;
-    if (spindle_pool_create(&cfg, &pool) != 0) _exit(30);
+    refuse_spares(false);
+    spindle_pool *pool = one_worker_pool();
+    if (!pool) _exit(30);
     /* The first task waits for the second as an operation waits for one queued behind
      * it: only a spare can run the second. The patience only bounds a failing run. */
     static rendezvous r;
@@ -368,15 +378,9 @@ int spindle_test_spare_refused_during_shutdown_in_forked_child(uint32_t timeout_
     pid_t pid = fork();
     if (pid < 0) return -errno;
     if (pid != 0) return wait_for_child(pid, timeout_ms);
-    atomic_store_explicit(&spindle_test_refusals, 0, memory_order_relaxed);
-    atomic_store_explicit(&spindle_test_refusal_gate, 1, memory_order_relaxed);
-    atomic_store_explicit(&spindle_test_refused_threads, SPINDLE_SEAM_SPARE, memory_order_relaxed);
-    spindle_config cfg;
-    spindle_config_init(&cfg);
-    cfg.workers = 1;
-    cfg.pinning = SPINDLE_PIN_NONE;
-    spindle_pool *pool;
-    if (spindle_pool_create(&cfg, &pool) != 0) _exit(40);
+    refuse_spares(true);
+    spindle_pool *pool = one_worker_pool();
+    if (!pool) _exit(40);
     static rendezvous r;
     if (spindle_submit(pool, blocks_until_told, NULL) != 0) _exit(41);
     if (spindle_submit(pool, rendezvous_second, &r) != 0) _exit(42);
