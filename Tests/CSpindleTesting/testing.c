@@ -320,6 +320,16 @@ int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms) {
     _exit(run_rendezvous(kind == SPINDLE_SEAM_SERVICE));
 }
 
+/* Waits up to 60 s, in 1 ms steps, for `cond`; exits the child with `code` if it never
+ * held. */
+#define WAIT_OR_EXIT(cond, code)                                                                   \
+    do {                                                                                           \
+        for (int i_ = 0; !(cond); i_++) {                                                          \
+            if (i_ == 60000) _exit(code);                                                          \
+            nanosleep(&(struct timespec){0, 1000000}, NULL);                                       \
+        }                                                                                          \
+    } while (0)
+
 int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms) {
     pid_t pid = fork();
     if (pid < 0) return -errno;
@@ -334,11 +344,7 @@ int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms) {
     if (spindle_submit(pool, rendezvous_first, &r) != 0) _exit(31);
     if (spindle_submit(pool, rendezvous_second, &r) != 0) _exit(32);
     /* The first refusal: the worker has blocked and claimed a spare in vain. */
-    for (int i = 0; atomic_load_explicit(&spindle_test_refusals, memory_order_relaxed) == 0; i++) {
-        if (i == 60000) _exit(33);
-        struct timespec t = {0, 1000000};
-        nanosleep(&t, NULL);
-    }
+    WAIT_OR_EXIT(atomic_load_explicit(&spindle_test_refusals, memory_order_relaxed) != 0, 33);
     atomic_store_explicit(&spindle_test_refused_threads, 0, memory_order_relaxed);
     if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) _exit(34);
     /* Acquire: after destroy joined the workers, but the loads need no more. */
@@ -363,16 +369,6 @@ static void blocks_until_told(void *ctx, spindle_run_reason reason) {
 static void *shut_down_pool(void *pool) {
     return (void *)(intptr_t)spindle_pool_shutdown(pool, SPINDLE_SHUTDOWN_DRAIN);
 }
-
-/* Waits up to 60 s, in 1 ms steps, for `cond`; exits the child with `code` if it never
- * held. */
-#define WAIT_OR_EXIT(cond, code)                                                                   \
-    do {                                                                                           \
-        for (int i_ = 0; !(cond); i_++) {                                                          \
-            if (i_ == 60000) _exit(code);                                                          \
-            nanosleep(&(struct timespec){0, 1000000}, NULL);                                       \
-        }                                                                                          \
-    } while (0)
 
 int spindle_test_spare_refused_during_shutdown_in_forked_child(uint32_t timeout_ms) {
     pid_t pid = fork();
