@@ -427,6 +427,15 @@ extern _Atomic uint32_t spindle_test_refused_threads;
 extern _Atomic uint32_t spindle_test_refusals;
 extern _Atomic uint32_t spindle_test_refusal_gate;
 void spindle_seam_wait_at_refusal_gate(void);
+extern _Atomic uint32_t spindle_test_monitor_naps;
+extern _Atomic uint32_t spindle_test_monitor_wakes;
+/* Relaxed: counts a test polls; nothing is published through them. */
+static inline void spindle_seam_count_monitor_nap(void) {
+    atomic_fetch_add_explicit(&spindle_test_monitor_naps, 1, memory_order_relaxed);
+}
+static inline void spindle_seam_count_monitor_wake(void) {
+    atomic_fetch_add_explicit(&spindle_test_monitor_wakes, 1, memory_order_relaxed);
+}
 /* Relaxed, both: a test sets the kinds before the thread creations it concerns, and
  * reads the count of refusals after them. A closed gate holds each refusal, counted,
  * until the test opens it (spindle_seam_wait_at_refusal_gate). */
@@ -450,6 +459,8 @@ static inline bool spindle_seam_thread_refused(uint32_t kind) {
     return false;
 }
 static inline void spindle_seam_hold(spindle_pool *pool) { (void)pool; }
+static inline void spindle_seam_count_monitor_nap(void) {}
+static inline void spindle_seam_count_monitor_wake(void) {}
 static inline size_t spindle_seam_join_floor(void) { return 0; }
 static inline uint64_t spindle_seam_latch_wake_delay(void) { return 0; }
 static inline void spindle_test_record_join_wait(size_t used) { (void)used; }
@@ -596,7 +607,8 @@ bool spindle_uncount_parking_locked(spindle_pool *pool, spindle_worker *w);
 /* Registers a pool with the monitor, and takes it off before it is freed. */
 void spindle_monitor_register(spindle_pool *pool);
 void spindle_monitor_unregister(spindle_pool *pool);
-/* A parked worker is being woken: a sleeping monitor starts watching again. */
+/* A parked or retired worker runs again, or a pool is new: a sleeping monitor starts
+ * watching again (spare.c, MI1). */
 void spindle_monitor_poke(void);
 /* G2 (park.c): called by worker `w`, woken by a sibling's push, on finding itself on the
  * pusher's CPU `cpu`; returns the CPU it is on afterwards. */

@@ -371,7 +371,7 @@ static bool outranks_caller(spindle_pool *pool) {
 }
 
 /* Unparks a worker taken off the stack by wake_locked, then pokes the monitor, which
- * may be asleep because every pool was parked (spare.c): the poke comes after
+ * may be asleep because every pool was parked (spare.c, MI1): the poke comes after
  * wake_locked's seq_cst RMW, so the monitor either sees this worker unparked or is
  * woken. The worker goes first because the kernel places each thread as it wakes:
  * a monitor woken first is queued on the waker's CPU, and the worker, which would

@@ -52,6 +52,11 @@ void spindle_seam_wait_at_refusal_gate(void) {
         spindle_futex_wait(&spindle_test_refusal_gate, 1);
 }
 
+/* How often the monitor has gone to sleep with nothing to watch, and come back (spare.c,
+ * MI1): asleep while the first is ahead of the second. */
+_Atomic uint32_t spindle_test_monitor_naps;
+_Atomic uint32_t spindle_test_monitor_wakes;
+
 /* A held pool (spindle_test_hold_pool) stands for a pool whose workers are all busy,
  * without needing them to run: a worker that takes a task waits before running it
  * until the hold is lifted. The tests of promotion use it for the background class,

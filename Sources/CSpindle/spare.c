@@ -41,8 +41,8 @@
  *      work is waiting, and in again at the first tick that finds
  *      it running or out of that task. A worker inside code of kind 1 is left to it.
  *      The tick is 1 ms while some worker sits in one task across ticks, 10 ms
- *      otherwise, and the monitor sleeps (a futex, poked when a parked worker is woken)
- *      when every pool is parked, so an idle process pays nothing for it.
+ *      otherwise, and the monitor sleeps on a futex while every worker of every pool
+ *      is parked or retired (MI1), so an idle process pays nothing for it.
  *
  * What a spare is. A worker in a slot after the pool's own (workers[nworkers...]),
  * made on first need and reused after its thread exits: started by the spawner, so it
@@ -86,11 +86,20 @@
  *       work waits with nobody looking for it), so a worker that waits for the very
  *       work queued behind it gets a spare once the system allows one; meanwhile the
  *       work waits. The first refusal is said once, through the engine's log.
+ *   MI1 The monitor sleeps only while every worker of every pool it watches is parked
+ *       or retired (worker.c, W6): asleep, it would not see a running worker's task
+ *       block. Whatever makes a worker run again pokes it after the count that says
+ *       so — a wake (park.c, wake_then_poke), a retired worker's return (worker.c,
+ *       retire), a new pool (spindle_monitor_register) — and the monitor announces
+ *       that it sleeps before its last look at those counts, so either the look sees
+ *       the worker or the poke sees the announcement.
  *
  * Models: Tests/Models/counted_out.pml checks C1 over every interleaving of a worker
  * (explicit sections, unannounced blocking, parking) and the monitor;
  * Tests/Models/shutdown_spares.pml checks C2-C4 with a worker blocked on the work
- * queued behind it, a spare claimed, refused once, retried and retired, and a shutdown.
+ * queued behind it, a spare claimed, refused once, retried and retired, and a shutdown;
+ * Tests/Models/monitor_idle.pml checks MI1 against wakes, a worker's retirement and
+ * return, and a pool's registration.
  */
 #include "internal.h"
 
@@ -399,19 +408,22 @@ static void *monitor_main(void *arg) {
          * (cgroup.c, CG6): outside mon_lock, which the pools' registry never takes. */
         if (active && spindle_cpu_limit_refresh(CPU_LIMIT_INTERVAL_NS)) spindle_pools_follow_cpu_limit();
         if (!active) {
-            /* Everyone is parked: sleep until a worker is woken. Announce first, then
-             * look again (seq_cst, both): a waker either sees the announcement and
-             * pokes, or woke before our second look, which then sees it running. */
+            /* Everyone is parked or retired: sleep until a worker runs again (MI1).
+             * Announce first, then look again (seq_cst, all three): a worker woken or
+             * resumed either sees the announcement and pokes, or did its count's RMW
+             * before our second look, which then sees it running. */
             atomic_store_explicit(&mon_idle, 1, memory_order_seq_cst);
             bool again = false;
             pthread_mutex_lock(&mon_lock);
             for (spindle_pool *p = mon_pools; p && !again; p = p->monitor_next)
                 again = !p->forked && SPINDLE_UNPARKED(atomic_load_explicit(&p->idle.state, memory_order_seq_cst)) >
-                                          atomic_load_explicit(&p->retired, memory_order_relaxed);
+                                          atomic_load_explicit(&p->retired, memory_order_seq_cst);
             pthread_mutex_unlock(&mon_lock);
             if (!again) {
+                spindle_seam_count_monitor_nap(); /* test seams (seams.c): nothing in release builds */
                 while (atomic_load_explicit(&mon_idle, memory_order_acquire) == 1)
                     spindle_futex_wait(&mon_idle, 1);
+                spindle_seam_count_monitor_wake();
             }
             atomic_store_explicit(&mon_idle, 0, memory_order_relaxed);
             last = spindle_now_ns();

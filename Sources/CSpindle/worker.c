@@ -56,6 +56,8 @@
  *       spare stands in for it, and the Dekker pairing of park.c is untouched. The
  *       raise stores the limit and then bumps `retire_seq`; the worker reads the word,
  *       then the limit, then waits on the word's value, so a raise is never missed.
+ *       Back from retirement it pokes the monitor, which may have gone to sleep
+ *       counting it retired (spare.c, MI1).
  *   W7  A regular worker of a pool with a policy of its own (SCHED_IDLE, SCHED_BATCH)
  *       leaves the policy to the thread creating the pool, which sets it once the
  *       worker has counted itself ready (spindle_workers_take_policy). A thread that
@@ -521,7 +523,8 @@ static void retire(spindle_worker *w) {
         n++;
     }
     if (n) spindle_notify_one_after_push(pool, spindle_injector_push_chain(&pool->injector, first, last, n));
-    /* Relaxed: a count for the monitor's idleness test, which tolerates a stale one. */
+    /* Relaxed: a count for the monitor's idleness test; read stale, it only keeps the
+     * monitor awake a tick longer. */
     atomic_fetch_add_explicit(&pool->retired, 1, memory_order_relaxed);
     for (;;) {
         /* Acquire pairs with the raise's release bump; the limit is read after it. */
@@ -529,7 +532,12 @@ static void retire(spindle_worker *w) {
         if (w->index < atomic_load_explicit(&pool->active_limit, memory_order_seq_cst)) break;
         spindle_futex_wait(&w->retire_seq, seq);
     }
-    atomic_fetch_sub_explicit(&pool->retired, 1, memory_order_relaxed);
+    /* Running again, the worker needs watching (spare.c, MI1): the monitor may have
+     * gone to sleep on a count that still had it retired. seq_cst, against the
+     * monitor's announcement and second look: either that look reads the decrement,
+     * or the poke reads the announcement and wakes it. */
+    atomic_fetch_sub_explicit(&pool->retired, 1, memory_order_seq_cst);
+    spindle_monitor_poke();
 }
 
 void *spindle_worker_main(void *arg) {

@@ -399,6 +399,55 @@ int spindle_test_spare_refused_during_shutdown_in_forked_child(uint32_t timeout_
     _exit(atomic_load_explicit(&r.second_ran, memory_order_acquire) ? 0 : 48);
 }
 
+/* Tasks that each wait until the test lets them return, for at most 60 s; while they
+ * wait, the pool's two workers run one each. They yield rather than sleep: a worker that
+ * stays runnable is never taken for blocked by the monitor, which would have a spare
+ * run the other task. */
+static _Atomic int both_running, both_may_return;
+
+static void yield_until_told(void *ctx, spindle_run_reason reason) {
+    (void)ctx;
+    (void)reason;
+    atomic_fetch_add_explicit(&both_running, 1, memory_order_relaxed);
+    uint64_t deadline = spindle_now_ns() + 60000000000ull;
+    while (!atomic_load_explicit(&both_may_return, memory_order_relaxed) && spindle_now_ns() < deadline)
+        sched_yield();
+}
+
+int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid != 0) return wait_for_child(pid, timeout_ms);
+    /* A process-wide kind of pool: only those follow an active limit (W6). */
+    spindle_config cfg;
+    spindle_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.pinning = SPINDLE_PIN_NONE;
+    cfg.permanent = true;
+    spindle_pool *pool;
+    if (spindle_pool_create(&cfg, &pool) != 0) _exit(50);
+    if (spindle_pool_set_active_workers(pool, 2) != 0) _exit(51);
+    for (int i = 0; i < 2; i++)
+        if (spindle_submit(pool, yield_until_told, NULL) != 0) _exit(52);
+    WAIT_OR_EXIT(atomic_load_explicit(&both_running, memory_order_relaxed) == 2, 53);
+    /* Worker 1 retires once its task returns; worker 0 parks. Every worker is then
+     * parked or retired, and the monitor goes to sleep. */
+    if (spindle_pool_set_active_workers(pool, 1) != 0) _exit(54);
+    atomic_store_explicit(&both_may_return, 1, memory_order_relaxed);
+    WAIT_OR_EXIT(atomic_load_explicit(&pool->retired, memory_order_relaxed) == 1 &&
+                     spindle_pool_parked(pool) == 1,
+                 55);
+    WAIT_OR_EXIT(atomic_load_explicit(&spindle_test_monitor_naps, memory_order_relaxed) >
+                     atomic_load_explicit(&spindle_test_monitor_wakes, memory_order_relaxed),
+                 56);
+    uint32_t wakes = atomic_load_explicit(&spindle_test_monitor_wakes, memory_order_relaxed);
+    /* Worker 1 runs again, and nothing else happens in the process: only its return
+     * from retirement can wake the monitor (MI1). */
+    if (spindle_pool_set_active_workers(pool, 2) != 0) _exit(57);
+    WAIT_OR_EXIT(atomic_load_explicit(&spindle_test_monitor_wakes, memory_order_relaxed) != wakes, 58);
+    _exit(0);
+}
+
 void spindle_test_log(spindle_log_level level, const char *message) { spindle_log(level, "%s", message); }
 
 size_t spindle_test_plan_bytes(const spindle_plan *p) {

@@ -95,6 +95,14 @@ int spindle_test_pool_in_forked_child(uint32_t timeout_ms);
  *  -errno as spindle_test_pool_in_forked_child. */
 int spindle_test_monitor_baseline_in_forked_child(uint32_t timeout_ms);
 
+/** Forks; in the child, a process-wide kind of pool of two workers lowers its active
+ *  limit to one, so that worker 1 retires (W6) and worker 0 parks, and the monitor goes
+ *  to sleep with nothing to watch. Then the limit rises, and nothing else happens: the
+ *  monitor must wake, since worker 1 runs again (MI1). Returns 0 when it does, another
+ *  code naming the step that did not (see testing.c), 2 on timeout, 128 + signal, or
+ *  -errno. */
+int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_ms);
+
 /** Looks libnuma up again under `soname` (NULL: the real name, libnuma.so.1), as if the
  *  process had started with that library; returns whether NUMA is then usable. Lets a
  *  test see how Spindle behaves on a machine without libnuma. */

@@ -1,3 +1,4 @@
+import CSpindleTesting
 import Foundation
 import Glibc
 import Synchronization
@@ -243,6 +244,18 @@ final class BlockingTests: XCTestCase {
         entered.wait() // the only worker is inside the task: the next one needs a spare
         try pool.submit { sem.signal() }
         XCTAssertEqual(done.wait(timeout: .now() + 60), .success, "the blocked worker was not compensated")
+    }
+
+    /// The monitor sleeps while every worker is parked or retired (spare.c, MI1). A
+    /// worker back from retirement, as when a container's CPU limit rises, runs again and
+    /// must be watched: with nothing else happening in the process (a forked child), its
+    /// return alone wakes the monitor.
+    func testAWorkerBackFromRetirementWakesTheMonitor() throws {
+        if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
+        let status = spindle_test_resumed_worker_wakes_monitor_in_forked_child(120_000)
+        XCTAssertEqual(status, 0, [53: "the two workers did not each run a task", 55: "worker 1 did not retire",
+                                   56: "the monitor did not go to sleep", 58: "the monitor slept on"][status]
+                           ?? "child status \(status)")
     }
 
     func testWithoutSparesAPoolStillRunsWhatItCan() throws {
