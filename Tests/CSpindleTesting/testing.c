@@ -418,6 +418,9 @@ int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_m
     pid_t pid = fork();
     if (pid < 0) return -errno;
     if (pid != 0) return wait_for_child(pid, timeout_ms);
+    /* The counts as the parent's monitor left them: from here, the child's own. */
+    atomic_store_explicit(&spindle_test_monitor_naps, 0, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_monitor_wakes, 0, memory_order_relaxed);
     /* A process-wide kind of pool: only those follow an active limit (W6). */
     spindle_config cfg;
     spindle_config_init(&cfg);
