@@ -18,6 +18,10 @@ import Synchronization
 //     includes its decrement, or the CAS fails on the bit and the finisher takes the
 //     lock. No ready operation is stranded.
 //
+// Model: Tests/Models/queue_mode.pml checks D1-D3 over every interleaving of adds, a
+// width set and taken away again, and finishers with and without the lock: no ready
+// operation is stranded, and an operation started under a width of one starts alone.
+//
 // Started operations go to the pool of their quality of service, or to the queue's
 // `underlyingQueue` when it has one (ChainRunner.swift, `dispatch`).
 
