@@ -68,7 +68,7 @@ def split(l):
     return m.group(1), int(m.group(2))
 
 
-elsewhere = re.compile(r"(\w+\.(?:c|h|swift|pml|md)(?=[,:]?\s*$)|\bsee(?=\s*$))")
+elsewhere = re.compile(r"([\w+]+\.(?:c|h|swift|pml|md)(?=[,:]?\s*$)|\bsee(?=\s*$))")
 listed = re.compile(rf"^\s*(?://+|/?\*+)\s*({LABEL})(?:\.\s|\s{{2,}})\S")
 strong, weak, cited, failures = {}, {}, {}, []
 named_files = []  # (label, file name, where): "(park.c, S1)"

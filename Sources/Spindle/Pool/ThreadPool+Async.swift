@@ -166,6 +166,9 @@ extension ThreadPool {
 ///      nothing.
 /// OF3. The engine holds one reference from submission until its `run`, which either
 ///      starts the offload or, when a cancelling shutdown discards it, discards it.
+///
+/// Model: Tests/Models/offload.pml checks OF1-OF3 over every interleaving of the task,
+/// a cancellation at any moment, and the engine running, discarding or refusing it.
 @usableFromInline
 class OffloadBase: @unchecked Sendable {
     // @unchecked: `engineTask` is written before submission and then only by the engine;
