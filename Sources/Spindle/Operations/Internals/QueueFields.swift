@@ -21,6 +21,8 @@ import Synchronization
 //     queue alone.
 // Q3. Whoever sets `pinsReleased` (one CAS) drops `queueReference`: the finish when no
 //     pin is held, else the last pin.
+// Model: Tests/Models/queue_pins.pml checks Q1-Q3 with two pinners against the finish,
+// the operation's reference taken to be the queue's last.
 
 /// The atomics an operation's queue reads and writes from any thread.
 struct QueueSync: ~Copyable {
