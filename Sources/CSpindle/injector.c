@@ -27,6 +27,11 @@
  *       reservation back), so it sizes batches and answers "maybe non-empty", and a
  *       shutdown reads 0 as "no outside submitter in flight" (pool.c, step 3).
  *
+ * Model: Tests/Models/injector.pml checks J1-J2 over every interleaving of two producers
+ * (single nodes and a chain) and two consumers taking batches: each node handed out once
+ * and in its producer's order, and a pop that finds nothing after every push has landed
+ * means the queue is empty.
+ *
  * Why not a mutex-protected ring (tokio's Inject) or crossbeam's segmented Injector?
  * A mutex on the submit path serialises every submitter behind the lock's holder, a
  * stall the lock-free path never has; crossbeam's Injector
