@@ -22,6 +22,10 @@ import Synchronization
 //     Foundation's queue, which asks `isReady` and nothing else: one that leaves out
 //     `super.isReady` starts with its dependencies unfinished. Only a plain operation
 //     is held back by its count of unfinished dependencies when the queue takes it.
+//
+// Model: Tests/Models/readiness.pml checks R1-R4 for an operation added to a suspended
+// queue and given a dependency, in either order, against the dependency's finish and
+// the queue's resumption: readiness never lost, never taken twice, taken back in time.
 
 extension Operation {
     /// One of our dependencies was removed, or had finished when it was added.
