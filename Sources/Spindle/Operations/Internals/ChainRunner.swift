@@ -22,6 +22,8 @@ import Synchronization
 //     side by side.
 // CR4. The runner's last access to an operation is `runnerDone`; from there the queue's
 //     list may release it.
+// Model: Tests/Models/run_state.pml checks CR4 against a prune and a drain, on the
+// runner's thread or another: released once, and never while still touched.
 
 /// The chain runner (CR1-CR4).
 enum ChainRunner {
