@@ -40,7 +40,9 @@
  * passes it in, and calls it as Swift would. The frame borrows those words — Swift
  * passes the same closure to both calls, so it outlives the frame — which is what keeps
  * a Swift fork free of allocation and reference counting (the reasons are in
- * spindle.h). The other half is a plain Swift call between the two.
+ * spindle.h). The other half is a plain Swift call between the two, and so is the
+ * offered half when the join finds it still queued: the join says so, and the caller
+ * runs it.
  */
 #include "internal.h"
 
@@ -191,7 +193,7 @@ __attribute__((swiftcall)) void spindle_swift_fork(spindle_pool *pool, spindle_j
     fork_frame(pool, f, frame_run_swift);
 }
 
-__attribute__((swiftcall)) void spindle_swift_join(spindle_pool *pool, spindle_join_frame *f,
+__attribute__((swiftcall)) bool spindle_swift_join(spindle_pool *pool, spindle_join_frame *f,
                                                    swift_closure_fn offered_fn, void *offered_ctx) {
     /* The same closure, at the same address, as at the fork (spindle.h): anything else
      * means a thief may have called a context that no longer exists. */
@@ -202,7 +204,8 @@ __attribute__((swiftcall)) void spindle_swift_join(spindle_pool *pool, spindle_j
                     "spindle_swift_join: the offered closure is not the one spindle_swift_fork published");
         abort();
     }
-    if (spindle_join(pool, f)) offered_fn(offered_ctx);
+    /* True: the caller runs the closure itself, where the compiler can inline it. */
+    return spindle_join(pool, f);
 }
 #endif
 

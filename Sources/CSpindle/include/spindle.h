@@ -433,9 +433,11 @@ bool spindle_join(spindle_pool *pool, spindle_join_frame *frame);
  * calls a closure, with the context in the `swiftself` register.
  *
  * `spindle_swift_fork` stores the closure's words in `frame` and forks it, the caller
- * runs its own half as plain Swift code, and `spindle_swift_join` joins: the closure
- * runs inline there when nobody stole it. The caller passes the same closure value to
- * both calls, and Swift keeps a closure's context alive until its last use, so the
+ * runs its own half as plain Swift code, and `spindle_swift_join` joins. The join
+ * returns true when nobody took the closure: the caller then calls it itself, as
+ * plain Swift code that the compiler can inline, which a call from C could not be.
+ * It returns false once a thief has run it. The caller passes the same closure value
+ * to both calls, and Swift keeps a closure's context alive until its last use, so the
  * words in the frame stay valid until the join returns; the join traps if it is handed
  * other words than the fork was.
  *
@@ -450,7 +452,7 @@ bool spindle_join(spindle_pool *pool, spindle_join_frame *frame);
 __attribute__((swiftcall)) void spindle_swift_fork(
     spindle_pool *pool, spindle_join_frame *frame,
     void (*offered_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall)), void *offered_ctx);
-__attribute__((swiftcall)) void spindle_swift_join(
+__attribute__((swiftcall)) bool spindle_swift_join(
     spindle_pool *pool, spindle_join_frame *frame,
     void (*offered_fn)(void *__attribute__((swift_context)) ctx) __attribute__((swiftcall)), void *offered_ctx);
 #endif

@@ -72,14 +72,16 @@ extension ThreadPool {
     /// Both calls into the engine get the same closure, which keeps its context alive
     /// until the second (see `spindle_swift_fork` in spindle.h). Inlined, so that `here`
     /// is plain code in the caller, with no closure call of its own: the per-fork cost
-    /// that rayon's inlined `join` does not pay.
+    /// that rayon's inlined `join` does not pay. So is `offered` when nobody stole it,
+    /// the usual case: the join returns true and it is called here, where the compiler
+    /// sees which closure it is, rather than from C.
     @usableFromInline @inline(__always)
     func forkJoin(offering offered: () -> Void, running here: () -> Void) {
         var frame = unsafe spindle_join_frame()
         unsafe withUnsafeMutablePointer(to: &frame) { frame in
             unsafe _spindleSwiftFork(raw, frame, offered)
             here()
-            unsafe _spindleSwiftJoin(raw, frame, offered)
+            if unsafe _spindleSwiftJoin(raw, frame, offered) { offered() }
         }
     }
     #endif

@@ -108,7 +108,8 @@ extension Unmanaged {
 
 /// `spindle_swift_fork` and `spindle_swift_join` (Sources/CSpindle/join.c), written in
 /// C with Swift's calling convention: each receives the offered closure as its two
-/// words and the join calls it as Swift would. The declarations' parameter types are
+/// words; a thief calls it as Swift would, and the join returns true when nobody took
+/// it, for the caller to call it. The declarations' parameter and result types are
 /// their contract; see the C side for why this is not Swift.
 ///
 /// safety: the caller passes the same non-escaping closure to both, and `frame` stays
@@ -128,4 +129,4 @@ internal func _spindleSwiftFork(
 @usableFromInline
 @_silgen_name("spindle_swift_join")
 internal func _spindleSwiftJoin(
-    _ pool: OpaquePointer, _ frame: UnsafeMutablePointer<spindle_join_frame>, _ offered: () -> Void)
+    _ pool: OpaquePointer, _ frame: UnsafeMutablePointer<spindle_join_frame>, _ offered: () -> Void) -> Bool

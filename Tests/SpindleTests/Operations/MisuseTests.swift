@@ -48,7 +48,7 @@ private func forkThenJoinAnother(_ pool: ThreadPool, _ offered: () -> Void, _ ot
     var frame = spindle_join_frame()
     withUnsafeMutablePointer(to: &frame) { frame in
         _spindleSwiftFork(pool.raw, frame, offered)
-        _spindleSwiftJoin(pool.raw, frame, other)
+        _ = _spindleSwiftJoin(pool.raw, frame, other)
     }
 }
 
