@@ -78,10 +78,11 @@ extension ThreadPool {
     @usableFromInline @inline(__always)
     func forkJoin(offering offered: () -> Void, running here: () -> Void) {
         var frame = unsafe spindle_join_frame()
-        // Unprotected: a pointer taken with `withUnsafeMutablePointer` puts a stack
-        // protector (a canary stored and checked) into every function that forks, this
-        // one inlined into each; the frame is a fixed-size struct that only the engine
-        // writes, within its bounds, so there is no buffer to overrun.
+        // safety: the frame's address is taken without a stack protector, which
+        // `withUnsafeMutablePointer` would put (a canary stored and checked) into every
+        // function that forks, this one being inlined into each. The frame is a
+        // fixed-size struct that only the engine writes, within its bounds: there is no
+        // buffer to overrun.
         unsafe _withUnprotectedUnsafeMutablePointer(to: &frame) { frame in
             unsafe _spindleSwiftFork(raw, frame, offered)
             here()
