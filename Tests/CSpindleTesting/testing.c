@@ -122,6 +122,16 @@ static int wait_for_child(pid_t pid, uint32_t timeout_ms) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* The start of every test that runs in a forked child: the parent returns the child's
+ * outcome (wait_for_child, within `timeout_ms`), and only the child goes on, to end in
+ * _exit with its code. */
+#define RUN_IN_FORKED_CHILD(timeout_ms)                                  \
+    do {                                                                 \
+        pid_t child_ = fork();                                           \
+        if (child_ < 0) return -errno;                                   \
+        if (child_ != 0) return wait_for_child(child_, (timeout_ms));    \
+    } while (0)
+
 /* The child's demoted creator: nice +3, SCHED_BATCH, one CPU; makes the first pool. */
 static void *demoted_creator(void *arg) {
     setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + 3);
@@ -141,69 +151,61 @@ static void *demoted_creator(void *arg) {
 }
 
 int spindle_test_monitor_baseline_in_forked_child(uint32_t timeout_ms) {
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid == 0) {
-        /* Only this thread exists here: no spawner, no monitor. */
-        pthread_t creator;
-        spindle_pool *pool = NULL;
-        if (pthread_create(&creator, NULL, demoted_creator, &pool) != 0) _exit(3);
-        pthread_join(creator, NULL);
-        if (!pool) _exit(4);
-        pid_t monitor = 0;
-        for (int tries = 0; tries < 2000 && !monitor; tries++) {
-            DIR *tasks = opendir("/proc/self/task");
-            if (!tasks) _exit(5);
-            for (struct dirent *e; !monitor && (e = readdir(tasks));) {
-                char path[300], name[32] = {0};
-                snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-                FILE *f = fopen(path, "r");
-                if (!f) continue;
-                if (fgets(name, sizeof name, f) && strncmp(name, "spindle-monitor", 15) == 0)
-                    monitor = (pid_t)atoi(e->d_name);
-                fclose(f);
-            }
-            closedir(tasks);
-            if (!monitor) {
-                struct timespec ms = {0, 1000000};
-                nanosleep(&ms, NULL);
-            }
+    RUN_IN_FORKED_CHILD(timeout_ms);
+    /* Only this thread exists here: no spawner, no monitor. */
+    pthread_t creator;
+    spindle_pool *pool = NULL;
+    if (pthread_create(&creator, NULL, demoted_creator, &pool) != 0) _exit(3);
+    pthread_join(creator, NULL);
+    if (!pool) _exit(4);
+    pid_t monitor = 0;
+    for (int tries = 0; tries < 2000 && !monitor; tries++) {
+        DIR *tasks = opendir("/proc/self/task");
+        if (!tasks) _exit(5);
+        for (struct dirent *e; !monitor && (e = readdir(tasks));) {
+            char path[300], name[32] = {0};
+            snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            if (fgets(name, sizeof name, f) && strncmp(name, "spindle-monitor", 15) == 0)
+                monitor = (pid_t)atoi(e->d_name);
+            fclose(f);
         }
-        if (!monitor) _exit(13);
-        pid_t self = getpid();
-        errno = 0;
-        int nice_main = getpriority(PRIO_PROCESS, (id_t)self);
-        int nice_monitor = getpriority(PRIO_PROCESS, (id_t)monitor);
-        if (errno || nice_main != nice_monitor) _exit(10);
-        if (sched_getscheduler(self) != sched_getscheduler(monitor)) _exit(11);
-        cpu_set_t main_cpus, monitor_cpus;
-        if (sched_getaffinity(self, sizeof main_cpus, &main_cpus) != 0 ||
-            sched_getaffinity(monitor, sizeof monitor_cpus, &monitor_cpus) != 0 ||
-            !CPU_EQUAL(&main_cpus, &monitor_cpus))
-            _exit(12);
-        _exit(0);
+        closedir(tasks);
+        if (!monitor) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
     }
-    return wait_for_child(pid, timeout_ms);
+    if (!monitor) _exit(13);
+    pid_t self = getpid();
+    errno = 0;
+    int nice_main = getpriority(PRIO_PROCESS, (id_t)self);
+    int nice_monitor = getpriority(PRIO_PROCESS, (id_t)monitor);
+    if (errno || nice_main != nice_monitor) _exit(10);
+    if (sched_getscheduler(self) != sched_getscheduler(monitor)) _exit(11);
+    cpu_set_t main_cpus, monitor_cpus;
+    if (sched_getaffinity(self, sizeof main_cpus, &main_cpus) != 0 ||
+        sched_getaffinity(monitor, sizeof monitor_cpus, &monitor_cpus) != 0 ||
+        !CPU_EQUAL(&main_cpus, &monitor_cpus))
+        _exit(12);
+    _exit(0);
 }
 
 int spindle_test_pool_in_forked_child(uint32_t timeout_ms) {
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid == 0) {
-        /* Only this thread exists here; everything it calls is the engine's C. */
-        static _Atomic int ran;
-        spindle_config cfg;
-        spindle_config_init(&cfg);
-        cfg.workers = 2;
-        cfg.pinning = SPINDLE_PIN_NONE;
-        spindle_pool *pool;
-        if (spindle_pool_create(&cfg, &pool) != 0) _exit(3);
-        for (int i = 0; i < 100; i++)
-            if (spindle_submit(pool, count_in_child, (void *)&ran) != 0) _exit(4);
-        if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) _exit(5);
-        _exit(atomic_load_explicit(&ran, memory_order_relaxed) == 100 ? 0 : 6);
-    }
-    return wait_for_child(pid, timeout_ms);
+    RUN_IN_FORKED_CHILD(timeout_ms);
+    /* Only this thread exists here; everything it calls is the engine's C. */
+    static _Atomic int ran;
+    spindle_config cfg;
+    spindle_config_init(&cfg);
+    cfg.workers = 2;
+    cfg.pinning = SPINDLE_PIN_NONE;
+    spindle_pool *pool;
+    if (spindle_pool_create(&cfg, &pool) != 0) _exit(3);
+    for (int i = 0; i < 100; i++)
+        if (spindle_submit(pool, count_in_child, (void *)&ran) != 0) _exit(4);
+    if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) _exit(5);
+    _exit(atomic_load_explicit(&ran, memory_order_relaxed) == 100 ? 0 : 6);
 }
 
 /* ---- refused threads, in a fresh process (spindle_test_refused_thread_in_forked_child) */
@@ -297,9 +299,7 @@ static int run_rendezvous(bool spare_expected) {
 }
 
 int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms) {
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid != 0) return wait_for_child(pid, timeout_ms);
+    RUN_IN_FORKED_CHILD(timeout_ms);
     /* The child: one thread, no spawner and no monitor yet (their atfork handlers). */
     atomic_store_explicit(&spindle_test_refused_threads, (uint32_t)kind, memory_order_relaxed);
     if (kind == SPINDLE_SEAM_SPAWNER) {
@@ -331,9 +331,7 @@ int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms) {
     } while (0)
 
 int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms) {
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid != 0) return wait_for_child(pid, timeout_ms);
+    RUN_IN_FORKED_CHILD(timeout_ms);
     refuse_spares(false);
     spindle_pool *pool = one_worker_pool();
     if (!pool) _exit(30);
@@ -371,9 +369,7 @@ static void *shut_down_pool(void *pool) {
 }
 
 int spindle_test_spare_refused_during_shutdown_in_forked_child(uint32_t timeout_ms) {
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid != 0) return wait_for_child(pid, timeout_ms);
+    RUN_IN_FORKED_CHILD(timeout_ms);
     refuse_spares(true);
     spindle_pool *pool = one_worker_pool();
     if (!pool) _exit(40);
@@ -415,9 +411,7 @@ static void yield_until_told(void *ctx, spindle_run_reason reason) {
 }
 
 int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_ms) {
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid != 0) return wait_for_child(pid, timeout_ms);
+    RUN_IN_FORKED_CHILD(timeout_ms);
     /* The counts as the parent's monitor left them: from here, the child's own. */
     atomic_store_explicit(&spindle_test_monitor_naps, 0, memory_order_relaxed);
     atomic_store_explicit(&spindle_test_monitor_wakes, 0, memory_order_relaxed);
