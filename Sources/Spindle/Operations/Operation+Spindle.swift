@@ -36,7 +36,8 @@ extension Operation {
     /// Calls `handler` on every state change of this operation from now on: ready,
     /// executing, finished, cancelled. Handlers run synchronously on the thread that
     /// made the change and must be quick; they are released once the operation has
-    /// finished.
+    /// finished. An operation that becomes ready when its last dependency finishes
+    /// reports `.ready` before its queue can start it, so before `.executing`.
     public func onStateChange(_ handler: @escaping @Sendable (StateChange) -> Void) {
         needsFinishLock.store(true, ordering: .sequentiallyConsistent)
         withExtras { $0.observers.append(handler) }

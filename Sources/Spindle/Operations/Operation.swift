@@ -139,7 +139,7 @@ open class Operation: @unchecked Sendable {
         guard hadDependencies.load(ordering: .acquiring) else { return }
         let deps = guarded.locked { g in
             let d = g.dependencies
-            g.dependencies = DependencyList()
+            g.dependencies = OperationList()
             return d
         }
         guard !deps.isEmpty else { return }

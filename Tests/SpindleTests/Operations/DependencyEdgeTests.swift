@@ -89,6 +89,40 @@ final class DependencyEdgeTests: XCTestCase {
         }
     }
 
+    /// When its last dependency finishes, a subclass hears `isReady` change through
+    /// `willChangeValue(forKey:)` and `didChangeValue(forKey:)`, as Foundation's KVO
+    /// announces it, and its queue starts it. A plain operation, which overrides
+    /// neither, is told through `onStateChange` and started all the same.
+    func testALastDependencyFinishingAnnouncesReadinessToSubclassesAndObservers() {
+        final class Announcing: Operation, @unchecked Sendable {
+            let keys = Log()
+            override func willChangeValue(forKey key: String) {
+                keys.add("will \(key)")
+                super.willChangeValue(forKey: key)
+            }
+            override func didChangeValue(forKey key: String) {
+                keys.add("did \(key)")
+                super.didChangeValue(forKey: key)
+            }
+        }
+        let q = OperationQueue()
+        let gate = BlockOperation {}
+        let sub = Announcing()
+        let plain = BlockOperation {}
+        let heard = Log()
+        plain.onStateChange { heard.add("\($0)") }
+        sub.addDependency(gate)
+        plain.addDependency(gate)
+        q.addOperations([sub, plain], waitUntilFinished: false)
+        let before = sub.keys.all.count
+        XCTAssertFalse(sub.isReady)
+        XCTAssertFalse(plain.isReady)
+        gate.start() // in no queue: its finish tells both dependents on this thread
+        XCTAssertTrue(eventually { sub.isFinished && plain.isFinished }, "both started once the gate finished")
+        XCTAssertEqual(Array(sub.keys.all.dropFirst(before).prefix(2)), ["will isReady", "did isReady"])
+        XCTAssertEqual(heard.all, ["ready", "executing", "finished"])
+    }
+
     func testQueuedDependentsOfAWideFanOutAllRun() {
         let n = 5_000
         let gate = BlockOperation { usleep(5_000) }

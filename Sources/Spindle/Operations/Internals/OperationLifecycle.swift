@@ -120,7 +120,7 @@ extension Operation {
 /// through the lock's generic result in a tuple would be re-abstracted (two
 /// allocations).
 struct FinishHandOff {
-    var ready: [Operation] = []
+    var ready = OperationList()
     var completion: (@Sendable () -> Void)? = nil
 }
 
@@ -141,7 +141,7 @@ extension Operation {
         let ts = unsafe ThreadState.unmanagedCurrent
         let chained = unsafe joinChain(ts)
         // F3.
-        for d in handOff.ready { d.dependenciesSatisfied() }
+        handOff.ready.forEachInOrder { $0.dependenciesSatisfied() }
         notify(.finished)
         // F7's place, before F4.
         let completionLast = unsafe placeCompletion(handOff.completion, queue: queue, chained: chained, ts)
@@ -172,7 +172,7 @@ extension Operation {
             // count reached zero runs its deinit a second time — so it is reached
             // only as a guaranteed reference and never captured by a closure (a
             // capture is a retain in unoptimised builds).
-            var ready: [Operation] = []
+            var ready = OperationList()
             let me = unsafe Dependents.key(self)
             unsafe g.dependents.forEach { dependent in
                 // An operation that depends on itself (legal, if useless) is counted

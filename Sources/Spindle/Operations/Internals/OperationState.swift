@@ -48,7 +48,7 @@ extension Operation {
     struct Guarded {
         // safety: the unretained dependents stay valid while listed: a dependent takes
         // itself off this list, under this lock, in its deinit (Dependents.swift).
-        var dependencies = DependencyList()
+        var dependencies = OperationList()
         /// Dependencies that have not finished yet. Readiness is `== 0`.
         var unfinished = 0
         var completionBlock: (@Sendable () -> Void)?
@@ -107,12 +107,12 @@ extension Operation {
     }
 }
 
-/// An operation's dependencies, in the order they were added: the first inline, the
-/// rest in an array. An operation with one dependency, each link of a chain, then
-/// allocates nothing for it, where an array would cost a malloc and a free per
-/// operation.
-struct DependencyList: Sequence {
-    /// The first dependency; nil only when there is none (`rest` is then nil too).
+/// Operations in the order they were appended: the first inline, the rest in an
+/// array. It holds an operation's dependencies, and the dependents a finishing
+/// operation makes ready. Each link of a chain has one of each, and then allocates
+/// nothing for either, where an array would cost a malloc and a free per operation.
+struct OperationList: Sequence {
+    /// The first operation; nil only when there is none (`rest` is then nil too).
     private(set) var head: Operation?
     /// The others, nil until there is a second and again once none is left: an empty
     /// array would still cost a release, a call into the runtime, when every operation
@@ -152,6 +152,15 @@ struct DependencyList: Sequence {
         rest!.remove(at: i)
         if rest!.isEmpty { rest = nil }
         return true
+    }
+
+    /// Calls `body` on each, in order, without making an iterator: an empty list then
+    /// costs one test, where an iterator's copy of the fields costs retains.
+    @inline(__always)
+    func forEachInOrder(_ body: (Operation) -> Void) {
+        guard let head else { return }
+        body(head)
+        if let rest { for op in rest { body(op) } }
     }
 
     struct Iterator: IteratorProtocol {

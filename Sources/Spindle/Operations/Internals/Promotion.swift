@@ -152,25 +152,46 @@ extension Operation {
     /// Promotes this operation and what it waits for to `rank` (P2). `walkQueue`:
     /// false for an operation reached through its queue.
     func promote(to rank: UInt8, walkQueue: Bool = true) {
+        guard rank > 0, promotedRank.load(ordering: .relaxed) < rank else { return }
+        var raisedSelf = false
+        if queueSync.word.load(ordering: .relaxed) == 0 {
+            // An operation in no queue, the usual case of a chain built before it is
+            // added (each add promotes the next link, P3): its floor is all the walk
+            // would raise, and its run is not marked, so this skips the walk's lists.
+            if finishHandled.load(ordering: .acquiring) || !raiseFloor(to: rank) { return }
+            // The walk's A5 pair (raiseFloors): our floor RMW, then this load of its
+            // queue word, both seq_cst. Nothing queued it: its add reads the floor.
+            guard queueSync.word.load(ordering: .sequentiallyConsistent) != 0 else {
+                // Never queued, its run is IDLE; one just finished and dropped by its
+                // queue is not, and is acted on as the walk would.
+                if execWord.load(ordering: .relaxed) != ExecWord.idle { promoteRun(to: rank) }
+                return
+            }
+            // An add claimed it in between: the walk goes on from it.
+            raisedSelf = true
+        }
         var raised = RaisedRuns()
-        raiseFloors(to: rank, walkQueue: walkQueue, into: &raised)
+        raiseFloors(to: rank, walkQueue: walkQueue, into: &raised, selfRaised: raisedSelf)
         raised.promoteRuns(to: rank)
     }
 
     /// P2's walk: raises the floor of this operation and of what it waits for to
     /// `rank`, and collects the operations whose floor rose, whose runs `raised` then
-    /// moves or boosts.
-    func raiseFloors(to rank: UInt8, walkQueue: Bool, into raised: inout RaisedRuns) {
+    /// moves or boosts. `selfRaised`: the caller has raised this operation's floor
+    /// already, and the walk goes on from it.
+    func raiseFloors(to rank: UInt8, walkQueue: Bool, into raised: inout RaisedRuns, selfRaised: Bool = false) {
         // Already there (P2's stop), before the work list is allocated: the usual case
         // for every operation but the first of a chain.
-        guard rank > 0, promotedRank.load(ordering: .relaxed) < rank else { return }
+        guard rank > 0, selfRaised || promotedRank.load(ordering: .relaxed) < rank else { return }
         // The first operation is not in the list, which allocates only once there is a
         // second to visit.
         var first: (op: Operation, viaQueue: Bool)? = (self, !walkQueue)
+        var raising = !selfRaised
         var work: [(op: Operation, viaQueue: Bool)] = []
         while let (op, viaQueue) = first ?? work.popLast() {
             first = nil
-            if op.finishHandled.load(ordering: .acquiring) || !op.raiseFloor(to: rank) { continue }
+            if raising && (op.finishHandled.load(ordering: .acquiring) || !op.raiseFloor(to: rank)) { continue }
+            raising = true
             raised.append(op)
             // An operation in no queue cannot start: its dependencies are promoted when
             // it is added (A5, at its class then, which includes this floor). A Dekker

@@ -104,7 +104,12 @@ extension OperationQueue {
             // (A separate test, not `&&`: `op` may have been freed when it was
             // signalled, and an unoptimised build retains what `&&`'s autoclosure
             // captures before it evaluates the left side.)
-            if !op.queueSync.readySignalled.load(ordering: .acquiring) { op.evaluateReadiness() }
+            // A plain operation that is not ready needs nothing more (evaluateReadiness
+            // would do nothing): the add of each link of a chain built before it is
+            // added.
+            if !op.queueSync.readySignalled.load(ordering: .acquiring) && (!op.isPlainClass || op.isReady) {
+                op.evaluateReadiness()
+            }
         }
         if unsafe fresh && !outcome.signalled { unsafe u.release() }
         return unsafe outcome.narrow

@@ -37,11 +37,20 @@ extension Operation {
         if nowReady { dependenciesSatisfied() }
     }
 
-    /// Our last unfinished dependency is gone.
+    /// Our last unfinished dependency is gone. Observers hear `.ready` first: the
+    /// evaluation may start the operation on another thread, and they hear
+    /// `.executing` after it. A plain `Operation` or `BlockOperation` overrides none of
+    /// the notification methods, so it gets their effect directly, as in `start()`:
+    /// two dynamic calls and a string switch fewer per link of a chain. A subclass,
+    /// which may observe the notifications, gets the calls.
     func dependenciesSatisfied() {
-        willChangeValue(forKey: "isReady")
-        didChangeValue(forKey: "isReady") // evaluates readiness for the queue
         notify(.ready)
+        if isPlainClass {
+            evaluateReadiness()
+        } else {
+            willChangeValue(forKey: "isReady")
+            didChangeValue(forKey: "isReady") // evaluates readiness for the queue
+        }
     }
 
     /// Tells the queue, exactly once, that this operation may start — if it is in a

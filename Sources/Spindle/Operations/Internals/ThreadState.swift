@@ -59,7 +59,7 @@ final class ThreadState {
     /// True while this thread is inside `releaseIteratively`.
     var draining = false
     /// Dependency arrays waiting to be released by the active drain loop.
-    var pendingReleases: [DependencyList] = []
+    var pendingReleases: [OperationList] = []
 
     private static let key: pthread_key_t = {
         var k = pthread_key_t()
@@ -110,14 +110,14 @@ final class ThreadState {
     /// Instead, each deinit hands its dependencies here: the outermost call drains
     /// a work list, and deinits triggered while draining only append to it. Stack depth
     /// stays constant; the work is the same.
-    static func releaseIteratively(_ deps: consuming DependencyList) {
+    static func releaseIteratively(_ deps: consuming OperationList) {
         let state = current
         if state.draining {
             state.pendingReleases.append(deps)
             return
         }
         state.draining = true
-        var batch: DependencyList? = consume deps // moved: no copy outlives the loop
+        var batch: OperationList? = consume deps // moved: no copy outlives the loop
         while batch != nil {
             batch = nil // releasing here may append more to pendingReleases
             batch = state.pendingReleases.popLast()
