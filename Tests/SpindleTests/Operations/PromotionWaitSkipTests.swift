@@ -298,6 +298,110 @@ extension PromotionTests {
 }
 
 extension PromotionTests {
+    /// A dependency's class rises with its dependent's add, and so does the operation
+    /// ahead of it in a narrow queue, whether the dependency is queued before the
+    /// dependent's add or after it. After: the add finds it in no queue and raises its
+    /// floor alone, and the dependency's own add then walks what is ahead of it.
+    func testADependencyAndWhatIsAheadOfItRiseWhetherItIsQueuedBeforeOrAfterItsDependent() {
+        let rank = ClassRank.of(QualityOfService.userInitiated)
+        for dependencyFirst in [true, false] {
+            let narrow = suspendedQueue(.background, width: 1)
+            let wide = suspendedQueue(.userInitiated, width: OperationQueue.defaultMaxConcurrentOperationCount)
+            let ahead = BlockOperation {}
+            narrow.addOperation(ahead)
+            let dependency = BlockOperation {}
+            let dependent = BlockOperation {}
+            dependent.addDependency(dependency) // in no queue: nothing is promoted yet
+            XCTAssertEqual(dependency.promotedRank.load(ordering: .acquiring), 0)
+            if dependencyFirst {
+                narrow.addOperation(dependency)
+                wide.addOperation(dependent)
+            } else {
+                wide.addOperation(dependent)
+                XCTAssertEqual(dependency.promotedRank.load(ordering: .acquiring), rank, "the dependency's floor, before its add")
+                narrow.addOperation(dependency)
+            }
+            let order = dependencyFirst ? "dependency queued first" : "dependent queued first"
+            XCTAssertGreaterThanOrEqual(dependency.promotedRank.load(ordering: .acquiring), rank, "\(order): the dependency")
+            XCTAssertGreaterThanOrEqual(ahead.promotedRank.load(ordering: .acquiring), rank, "\(order): the operation ahead of it")
+            for q in [narrow, wide] {
+                q.cancelAllOperations()
+                q.isSuspended = false
+                q.waitUntilAllOperationsAreFinished()
+            }
+        }
+    }
+
+    /// The walk from an operation whose floor its caller has raised already (a
+    /// promotion that found it in no queue, then claimed by an add before it looked
+    /// again) goes on to what is ahead of it, as a walk that raised it itself does.
+    func testAWalkFromAFloorRaisedByItsCallerGoesOnToWhatIsAhead() {
+        let rank = ClassRank.of(QualityOfService.userInitiated)
+        let narrow = suspendedQueue(.background, width: 1)
+        let ahead = BlockOperation {}
+        let op = BlockOperation {}
+        narrow.addOperations([ahead, op], waitUntilFinished: false)
+        XCTAssertTrue(op.raiseFloor(to: rank))
+        var raised = RaisedRuns()
+        op.raiseFloors(to: rank, walkQueue: true, into: &raised, selfRaised: true)
+        raised.promoteRuns(to: rank)
+        XCTAssertEqual(ahead.promotedRank.load(ordering: .acquiring), rank)
+        narrow.cancelAllOperations()
+        narrow.isSuspended = false
+        narrow.waitUntilAllOperationsAreFinished()
+    }
+
+    /// The same two adds on two threads at once: whichever comes first, or a claim
+    /// between the promotion's two looks at the dependency's queue, the dependency and
+    /// the operation ahead of it end at the dependent's class.
+    func testADependencyQueuedWhileItsDependentsAddPromotesItRaisesWhatIsAheadOfIt() {
+        let n = Stress.count(5_000)
+        let narrow = (0..<n).map { _ in suspendedQueue(.background, width: 1) }
+        let wide = (0..<n).map { _ in suspendedQueue(.userInitiated, width: OperationQueue.defaultMaxConcurrentOperationCount) }
+        let ahead = (0..<n).map { i in
+            let op = BlockOperation {}
+            narrow[i].addOperation(op)
+            return op
+        }
+        let dependencies = (0..<n).map { _ in BlockOperation {} }
+        let dependents = (0..<n).map { i in
+            let op = BlockOperation {}
+            op.addDependency(dependencies[i]) // in no queue: nothing is promoted yet
+            return op
+        }
+        let turnstile = Atomic<Int>(0)
+        @Sendable func race(_ step: (Int) -> Void) {
+            for i in 0..<n {
+                turnstile.add(1, ordering: .sequentiallyConsistent)
+                while turnstile.load(ordering: .sequentiallyConsistent) < 2 * (i + 1) { sched_yield() }
+                step(i)
+            }
+        }
+        let done = DispatchSemaphore(value: 0)
+        Thread { race { narrow[$0].addOperation(dependencies[$0]) }; done.signal() }.start()
+        Thread { race { wide[$0].addOperation(dependents[$0]) }; done.signal() }.start()
+        for _ in 0..<2 { XCTAssertEqual(done.wait(timeout: .now() + 300), .success, "the two threads did not finish") }
+        let rank = ClassRank.of(QualityOfService.userInitiated)
+        let low = (0..<n).filter {
+            dependencies[$0].promotedRank.load(ordering: .acquiring) < rank || ahead[$0].promotedRank.load(ordering: .acquiring) < rank
+        }
+        XCTAssertEqual(low.count, 0, "\(low.count) of \(n) dependencies, or the operations ahead of them, stayed below their dependent's class")
+        for q in narrow + wide {
+            q.cancelAllOperations()
+            q.isSuspended = false
+        }
+        for q in narrow + wide { q.waitUntilAllOperationsAreFinished() }
+    }
+
+    /// A suspended queue of class `qos` and width `width`.
+    func suspendedQueue(_ qos: QualityOfService, width: Int) -> OperationQueue {
+        let q = OperationQueue()
+        q.isSuspended = true
+        q.qualityOfService = qos
+        q.maxConcurrentOperationCount = width
+        return q
+    }
+
     /// Resumes `q`, whose class's background workers the caller holds (`release` lets
     /// them go when the wait is stuck behind them), and checks that `awaited` finishes,
     /// that `waiting` returns, and that the operation that records into `r` (`recorded`:
