@@ -274,19 +274,7 @@ extension PromotionTests {
             return q
         }
         let ops = (0..<n).map { _ in BlockOperation {} }
-        let turnstile = Atomic<Int>(0)
-        // Both threads pass the turnstile together, then race their one step.
-        @Sendable func race(_ step: (Int) -> Void) {
-            for i in 0..<n {
-                turnstile.add(1, ordering: .sequentiallyConsistent)
-                while turnstile.load(ordering: .sequentiallyConsistent) < 2 * (i + 1) { sched_yield() }
-                step(i)
-            }
-        }
-        let done = DispatchSemaphore(value: 0)
-        Thread { race { queues[$0].addOperation(ops[$0]) }; done.signal() }.start()
-        Thread { race { ops[$0].qualityOfService = .background }; done.signal() }.start()
-        for _ in 0..<2 { XCTAssertEqual(done.wait(timeout: .now() + 300), .success, "the two threads did not finish") }
+        raceInStep(n, { queues[$0].addOperation(ops[$0]) }, { ops[$0].qualityOfService = .background })
         let missed = queues.filter { !$0.state.locked { $0.ownClassAdded } }.count
         XCTAssertEqual(missed, 0, "\(missed) of \(n) queues missed a class set while their operation was added")
         for q in queues {
@@ -369,18 +357,7 @@ extension PromotionTests {
             op.addDependency(dependencies[i]) // in no queue: nothing is promoted yet
             return op
         }
-        let turnstile = Atomic<Int>(0)
-        @Sendable func race(_ step: (Int) -> Void) {
-            for i in 0..<n {
-                turnstile.add(1, ordering: .sequentiallyConsistent)
-                while turnstile.load(ordering: .sequentiallyConsistent) < 2 * (i + 1) { sched_yield() }
-                step(i)
-            }
-        }
-        let done = DispatchSemaphore(value: 0)
-        Thread { race { narrow[$0].addOperation(dependencies[$0]) }; done.signal() }.start()
-        Thread { race { wide[$0].addOperation(dependents[$0]) }; done.signal() }.start()
-        for _ in 0..<2 { XCTAssertEqual(done.wait(timeout: .now() + 300), .success, "the two threads did not finish") }
+        raceInStep(n, { narrow[$0].addOperation(dependencies[$0]) }, { wide[$0].addOperation(dependents[$0]) })
         let rank = ClassRank.of(QualityOfService.userInitiated)
         let low = (0..<n).filter {
             dependencies[$0].promotedRank.load(ordering: .acquiring) < rank || ahead[$0].promotedRank.load(ordering: .acquiring) < rank
@@ -391,6 +368,26 @@ extension PromotionTests {
             q.isSuspended = false
         }
         for q in narrow + wide { q.waitUntilAllOperationsAreFinished() }
+    }
+
+    /// Runs `first(i)` and `second(i)` on two threads for each i in 0..<n, the two
+    /// passing a turnstile together before each step, so that each pair races.
+    func raceInStep(_ n: Int, _ first: @escaping @Sendable (Int) -> Void, _ second: @escaping @Sendable (Int) -> Void,
+                    file: StaticString = #filePath, line: UInt = #line) {
+        let turnstile = Atomic<Int>(0)
+        @Sendable func race(_ step: (Int) -> Void) {
+            for i in 0..<n {
+                turnstile.add(1, ordering: .sequentiallyConsistent)
+                while turnstile.load(ordering: .sequentiallyConsistent) < 2 * (i + 1) { sched_yield() }
+                step(i)
+            }
+        }
+        let done = DispatchSemaphore(value: 0)
+        Thread { race(first); done.signal() }.start()
+        Thread { race(second); done.signal() }.start()
+        for _ in 0..<2 {
+            XCTAssertEqual(done.wait(timeout: .now() + 300), .success, "the two threads did not finish", file: file, line: line)
+        }
     }
 
     /// A suspended queue of class `qos` and width `width`.
