@@ -221,6 +221,30 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(ran.load(ordering: .relaxed), 9)
     }
 
+    /// A dependent made ready while its queue is suspended waits for the resumption:
+    /// its dependency's finish does not start it. The finish runs on this thread, so the
+    /// queue has decided by the time `start()` returns, and a start would count the
+    /// dependent running at once (its block holds it there until released).
+    func testADependentMadeReadyInASuspendedQueueWaitsForTheResumption() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let gate = BlockOperation {}
+        let release = DispatchSemaphore(value: 0)
+        let dependent = BlockOperation { release.wait() }
+        dependent.addDependency(gate)
+        q.addOperation(dependent)
+        gate.start()
+        XCTAssertTrue(dependent.isReady)
+        XCTAssertEqual(q.counts.load(ordering: .acquiring) & OperationQueue.runningMask, 0,
+                       "the suspended queue started the dependent its dependency made ready")
+        XCTAssertEqual(q.operationCount, 1)
+        q.isSuspended = false
+        XCTAssertTrue(eventually { dependent.isExecuting }, "the resumed queue did not start it")
+        release.signal()
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(dependent.isFinished)
+    }
+
     func testCancelAllFinishesQueuedOpsWithoutMainAndRunsCompletionBlocks() {
         let q = OperationQueue()
         q.isSuspended = true

@@ -128,6 +128,29 @@ extension OperationQueue.State {
     }
 }
 
+extension OperationQueue.State {
+    /// `op`, just signalled ready, started if it may start now while no other operation
+    /// is ready: what pushing it and `takeStartable` would do, since the rings would
+    /// hand back this very operation, without the trip through them. nil when the queue
+    /// cannot start anything now (suspended, batching, full): the caller pushes it.
+    mutating func takeAlone(_ op: Operation, _ counts: borrowing Atomic<UInt64>) -> Startable? {
+        guard unsafe !suspended && batching == 0 && ready.isEmpty else { return nil }
+        // seq_cst load: as in `takeStartable`.
+        guard unsafe maxConcurrent < 0
+                || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent
+        else { return nil }
+        // The checks `popReady` makes of an operation it takes.
+        if unsafe op.queueFields.retired
+            || (op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op)) {
+            return Startable.none
+        }
+        counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        unsafe op.queueFields.started = true
+        // safety: started; the list keeps it until its runner is done (`Startable`).
+        return unsafe .one(Unmanaged.passUnretained(op))
+    }
+}
+
 /// The operations a scheduling step lets start: almost always none or one, which
 /// need no array (and no allocation) on the per-operation path.
 ///

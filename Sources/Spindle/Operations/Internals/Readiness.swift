@@ -99,6 +99,9 @@ extension OperationQueue {
             // under our lock, which is where every write of these fields happens.
             guard unsafe op.queueFields.linked, !op.queueSync.readySignalled.load(ordering: .relaxed) else { return (.none, nil) }
             op.queueSync.readySignalled.store(true, ordering: .relaxed)
+            // Nothing else ready: the next link of a chain, or a dependent made ready while
+            // its queue has room, starts without a trip through the rings.
+            if let alone = unsafe s.takeAlone(op, counts) { return unsafe (alone, DispatchConfig(s)) }
             unsafe s.push(op, level: s.level(of: op))
             return unsafe (s.takeStartable(counts), DispatchConfig(s))
         }
