@@ -81,13 +81,31 @@ extension OperationQueue.State {
     /// `takeStartable`, it would have the whole state copied for each call.
     static func popReady(_ ready: ReadyRings) -> Unmanaged<Operation>? {
         while let u = unsafe ready.pop() {
-            let skip = unsafe u.withGuaranteedReference { op in
-                unsafe op.queueFields.retired
-                    || (op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op))
-            }
-            if !skip { return unsafe u }
+            if unsafe !u.withGuaranteedReference(Self.isPassedOver) { return unsafe u }
         }
         return nil
+    }
+
+    /// Whether a ready operation the queue comes to is not started after all: retired,
+    /// or a plain one given an unfinished dependency since it was found ready.
+    @inline(__always)
+    static func isPassedOver(_ op: Operation) -> Bool {
+        unsafe op.queueFields.retired
+            || (op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op))
+    }
+
+    /// Whether a queue of width `maxConcurrent` may start one more operation now.
+    /// seq_cst load: after the RMW that set `scheduledBit` (see there).
+    @inline(__always)
+    static func hasRoom(_ maxConcurrent: Int, _ counts: borrowing Atomic<UInt64>) -> Bool {
+        maxConcurrent < 0 || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent
+    }
+
+    /// Counts `op` running and marks it started, as the queue takes it.
+    @inline(__always)
+    static func countStarted(_ op: Operation, _ counts: borrowing Atomic<UInt64>) {
+        counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        unsafe op.queueFields.started = true
     }
 
     /// Whether `op`, found ready before, has been given an unfinished dependency since
@@ -116,36 +134,21 @@ extension OperationQueue.State {
         guard unsafe !suspended && batching == 0 else { return .none }
         var out = Startable.none
         let ready = unsafe ready
-        // seq_cst load: after the RMW that set `scheduledBit` (see there).
-        while unsafe maxConcurrent < 0
-                || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent,
-              let u = unsafe Self.popReady(ready) {
-            counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
-            unsafe u.withGuaranteedReference { unsafe $0.queueFields.started = true }
+        while unsafe Self.hasRoom(maxConcurrent, counts), let u = unsafe Self.popReady(ready) {
+            unsafe u.withGuaranteedReference { unsafe Self.countStarted($0, counts) }
             unsafe out.append(u)
         }
         return out
     }
-}
 
-extension OperationQueue.State {
     /// `op`, just signalled ready, started if it may start now while no other operation
     /// is ready: what pushing it and `takeStartable` would do, since the rings would
     /// hand back this very operation, without the trip through them. nil when the queue
     /// cannot start anything now (suspended, batching, full): the caller pushes it.
     mutating func takeAlone(_ op: Operation, _ counts: borrowing Atomic<UInt64>) -> Startable? {
-        guard unsafe !suspended && batching == 0 && ready.isEmpty else { return nil }
-        // seq_cst load: as in `takeStartable`.
-        guard unsafe maxConcurrent < 0
-                || Int(counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask) < maxConcurrent
-        else { return nil }
-        // The checks `popReady` makes of an operation it takes.
-        if unsafe op.queueFields.retired
-            || (op.hadDependencies.load(ordering: .relaxed) && op.isPlainClass && Self.isWaitingAgain(op)) {
-            return Startable.none
-        }
-        counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        unsafe op.queueFields.started = true
+        guard unsafe !suspended && batching == 0 && ready.isEmpty && Self.hasRoom(maxConcurrent, counts) else { return nil }
+        if unsafe Self.isPassedOver(op) { return Startable.none }
+        unsafe Self.countStarted(op, counts)
         // safety: started; the list keeps it until its runner is done (`Startable`).
         return unsafe .one(Unmanaged.passUnretained(op))
     }
