@@ -64,7 +64,12 @@ func dispatchGroupRun(_ queue: DispatchQueue, tasks: Int, name: String) throws -
 
 // MARK: fork-join
 
-func fibSerial(_ n: Int) -> Int { n < 2 ? n : fibSerial(n - 1) + fibSerial(n - 2) }
+// Every system's fib does the same arithmetic as the compiled code of the peers it is
+// compared with (Benchmarks/peers): rayon's release build and oneTBB's C++ add without
+// an overflow check, so the Swift ones use wrapping operators. Swift's checked `+` and
+// `-` would add a compare and branch to every call, leaves included: work that is not
+// the fork's. fib(28) is far from overflowing either way.
+func fibSerial(_ n: Int) -> Int { n < 2 ? n : fibSerial(n &- 1) &+ fibSerial(n &- 2) }
 
 /// Number of forks a cut-off recursive fib performs.
 func fibSpawns(_ n: Int, _ cutoff: Int) -> Int {
@@ -81,8 +86,8 @@ func fibSpawns(_ n: Int, _ cutoff: Int) -> Int {
 
 func fibSpindle(_ pool: ThreadPool, _ n: Int, _ cutoff: Int) -> Int {
     if n < cutoff { return fibSerial(n) }
-    let (a, b) = pool.join({ fibSpindle(pool, n - 1, cutoff) }, { fibSpindle(pool, n - 2, cutoff) })
-    return a + b
+    let (a, b) = pool.join({ fibSpindle(pool, n &- 1, cutoff) }, { fibSpindle(pool, n &- 2, cutoff) })
+    return a &+ b
 }
 
 /// Dispatch's fork-join without blocking: one `async` per fork and a `notify`
@@ -93,18 +98,18 @@ func fibDispatch(_ n: Int, _ cutoff: Int, _ completion: @escaping @Sendable (Int
     let g = DispatchGroup()
     let a = IntBox(), b = IntBox()
     g.enter()
-    DispatchQueue.global().async { fibDispatch(n - 1, cutoff) { a.value = $0; g.leave() } }
+    DispatchQueue.global().async { fibDispatch(n &- 1, cutoff) { a.value = $0; g.leave() } }
     g.enter()
-    fibDispatch(n - 2, cutoff) { b.value = $0; g.leave() }
-    g.notify(queue: .global()) { completion(a.value + b.value) }
+    fibDispatch(n &- 2, cutoff) { b.value = $0; g.leave() }
+    g.notify(queue: .global()) { completion(a.value &+ b.value) }
 }
 
 func fibTaskGroup(_ n: Int, _ cutoff: Int) async -> Int {
     if n < cutoff { return fibSerial(n) }
     return await withTaskGroup(of: Int.self) { g in
-        g.addTask { await fibTaskGroup(n - 2, cutoff) }
-        let a = await fibTaskGroup(n - 1, cutoff)
-        return a + (await g.next()!)
+        g.addTask { await fibTaskGroup(n &- 2, cutoff) }
+        let a = await fibTaskGroup(n &- 1, cutoff)
+        return a &+ (await g.next()!)
     }
 }
 

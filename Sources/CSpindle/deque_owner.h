@@ -30,17 +30,23 @@ static inline void spindle_deque_push_slot(spindle_deque *d, spindle_task *t, in
  * many it moved (0 when there was room). */
 uint32_t spindle_deque_push_full(spindle_deque *d, spindle_task *t, spindle_injector *overflow);
 
-static inline uint32_t spindle_deque_push(spindle_deque *d, spindle_task *t,
-                                          spindle_injector *overflow) {
+/* Owner only: pushes `t` if the ring has room, and says whether it did. */
+static inline bool spindle_deque_try_push(spindle_deque *d, spindle_task *t) {
     /* Lê push line 2: only the owner writes `bottom`, so relaxed reads its own value. */
     int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
     /* Lê push line 3: acquire pairs with the thieves' CAS on `top` (seq_cst, so also
      * release): once we see top advanced past a slot, the thief's read of that slot
      * happened-before, and we may overwrite it (I4). */
     int64_t tp = atomic_load_explicit(&d->top, memory_order_acquire);
-    if (__builtin_expect(b - tp > d->mask, 0)) return spindle_deque_push_full(d, t, overflow);
+    if (__builtin_expect(b - tp > d->mask, 0)) return false;
     spindle_deque_push_slot(d, t, b);
-    return 0;
+    return true;
+}
+
+static inline uint32_t spindle_deque_push(spindle_deque *d, spindle_task *t,
+                                          spindle_injector *overflow) {
+    if (__builtin_expect(spindle_deque_try_push(d, t), 1)) return 0;
+    return spindle_deque_push_full(d, t, overflow);
 }
 
 /* Owner only: LIFO. */

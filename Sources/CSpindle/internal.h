@@ -386,8 +386,9 @@ void *spindle_worker_main(void *arg);
 /* Runs pool work on worker `w` until `*latch` is SET (latch may not be NULL here). */
 void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);
 void spindle_run_task(spindle_worker *w, spindle_task *t);
-/* Local push from worker `w`, then wake a sleeper if the pool needs one. */
-void spindle_worker_push(spindle_worker *w, spindle_task *t);
+/* spindle_worker_push's other cases: a spare's push, which goes to the injector, and a
+ * full deque, whose older half moves there. */
+void spindle_worker_push_slow(spindle_worker *w, spindle_task *t);
 /* W4: is worker `w`, the calling thread, past its stack floor here? Always inlined, so
  * the frame is the caller's. The stack grows down. */
 __attribute__((always_inline)) static inline bool spindle_worker_past_floor(const spindle_worker *w) {
@@ -524,6 +525,18 @@ static inline void spindle_notify_one_after_local_push(spindle_pool *pool) {
     atomic_thread_fence(memory_order_seq_cst);
     if (spindle_should_wake(&pool->idle, atomic_load_explicit(&pool->idle.state, memory_order_relaxed)))
         spindle_wake_one_for_push(pool);
+}
+
+/* Local push from worker `w`, then a wake for a sleeper if the pool needs one. Inline,
+ * as the deque's own push is (deque_owner.h): it is most of a fork's cost in the engine,
+ * where a call, its saved registers and a second read of the deque's indices would be
+ * a large part of the rest. */
+static inline void spindle_worker_push(spindle_worker *w, spindle_task *t) {
+    if (__builtin_expect(w->spare || !spindle_deque_try_push(&w->deque, t), 0)) {
+        spindle_worker_push_slow(w, t);
+        return;
+    }
+    spindle_notify_one_after_local_push(w->pool);
 }
 
 /* notify_one for a caller whose last publishing step was spindle_injector_push (a

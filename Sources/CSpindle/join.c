@@ -128,6 +128,14 @@ static void frame_run(spindle_task *task, spindle_run_reason reason) {
     latch_set(frame_latch(f), waiter);
 }
 
+/* A fork from a thread that is not one of `pool`'s workers: the frame goes on the
+ * injector. Out of line, so that a worker's fork saves no registers for this call. */
+__attribute__((noinline)) static void fork_elsewhere(spindle_pool *pool, spindle_join_frame *f) {
+    f->spindle_waiter = NULL;
+    /* A pool that is shutting down refuses outside work: the caller runs both halves. */
+    f->spindle_flags = spindle_submit_task(pool, &f->task) == 0 ? FRAME_REMOTE : FRAME_INLINE;
+}
+
 /* Publishes a frame whose `fn`/`ctx` are set: on the calling worker's deque, on the
  * injector from outside the pool, or nowhere (FRAME_INLINE). `run` is how a thief calls
  * the offered half. */
@@ -135,41 +143,54 @@ static inline void fork_frame(spindle_pool *pool, spindle_join_frame *f, spindle
     f->task.run = run;
     atomic_init(frame_latch(f), SPINDLE_LATCH_UNSET);
     spindle_worker *w = spindle_tls_worker;
-    if (w && w->pool == pool) {
-        /* W4 (worker.c): past the floor, no fork; the caller runs both halves. */
-        if (spindle_worker_past_floor(w)) {
-            f->spindle_waiter = NULL;
-            f->spindle_flags = FRAME_INLINE;
-            return;
-        }
-        f->spindle_waiter = w;
-        f->spindle_flags = FRAME_LOCAL;
-        spindle_worker_push(w, &f->task);
+    if (__builtin_expect(!w || w->pool != pool, 0)) {
+        fork_elsewhere(pool, f);
         return;
     }
-    f->spindle_waiter = NULL;
-    /* A pool that is shutting down refuses outside work: the caller runs both halves. */
-    f->spindle_flags = spindle_submit_task(pool, &f->task) == 0 ? FRAME_REMOTE : FRAME_INLINE;
+    /* W4 (worker.c): past the floor, no fork; the caller runs both halves. */
+    if (spindle_worker_past_floor(w)) {
+        f->spindle_waiter = NULL;
+        f->spindle_flags = FRAME_INLINE;
+        return;
+    }
+    f->spindle_waiter = w;
+    f->spindle_flags = FRAME_LOCAL;
+    spindle_worker_push(w, &f->task);
 }
 
 void spindle_fork(spindle_pool *pool, spindle_join_frame *f) { fork_frame(pool, f, frame_run); }
 
-bool spindle_join(spindle_pool *pool, spindle_join_frame *f) {
-    (void)pool;
-    if (f->spindle_flags == FRAME_INLINE) return true;
-    if (f->spindle_flags == FRAME_REMOTE) {
-        latch_wait_external(frame_latch(f));
-        return false;
-    }
-    spindle_worker *w = f->spindle_waiter;
-    for (;;) {
-        spindle_task *t = spindle_deque_pop(&w->deque);
+/* The rest of a local join whose first pop did not return the frame: `t` is what that
+ * pop returned. Out of line, so that the usual join (the pop finds the frame) saves no
+ * registers for this loop. */
+__attribute__((noinline)) static bool join_local_slow(spindle_worker *w, spindle_join_frame *f,
+                                                      spindle_task *t) {
+    for (; t; t = spindle_deque_pop(&w->deque)) {
         if (t == &f->task) return true;
-        if (!t) break;
         spindle_run_task(w, t);
     }
     spindle_worker_wait_latch(w, frame_latch(f));
     return false;
+}
+
+/* A join of a frame that went elsewhere than this worker's deque. */
+__attribute__((noinline)) static bool join_elsewhere(spindle_join_frame *f) {
+    if (f->spindle_flags == FRAME_INLINE) return true;
+    latch_wait_external(frame_latch(f));
+    return false;
+}
+
+static inline bool join_frame(spindle_join_frame *f) {
+    if (__builtin_expect(f->spindle_flags != FRAME_LOCAL, 0)) return join_elsewhere(f);
+    spindle_worker *w = f->spindle_waiter;
+    spindle_task *t = spindle_deque_pop(&w->deque);
+    if (__builtin_expect(t == &f->task, 1)) return true;
+    return join_local_slow(w, f, t);
+}
+
+bool spindle_join(spindle_pool *pool, spindle_join_frame *f) {
+    (void)pool;
+    return join_frame(f);
 }
 
 #ifdef SPINDLE_HAS_SWIFTCALL
@@ -204,8 +225,9 @@ __attribute__((swiftcall)) bool spindle_swift_join(spindle_pool *pool, spindle_j
                     "spindle_swift_join: the offered closure is not the one spindle_swift_fork published");
         abort();
     }
+    (void)pool;
     /* True: the caller runs the closure itself, where the compiler can inline it. */
-    return spindle_join(pool, f);
+    return join_frame(f);
 }
 #endif
 

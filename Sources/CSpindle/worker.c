@@ -108,13 +108,14 @@ void spindle_run_task(spindle_worker *w, spindle_task *t) {
     bump(&w->counters.finished, 1);
 }
 
-void spindle_worker_push(spindle_worker *w, spindle_task *t) {
+void spindle_worker_push_slow(spindle_worker *w, spindle_task *t) {
     if (w->spare) {
         /* Nobody steals from a spare's deque (spare.c). */
         spindle_notify_one_after_push(w->pool, spindle_injector_push(&w->pool->injector, t));
         return;
     }
-    uint32_t moved = spindle_deque_push(&w->deque, t, &w->pool->injector);
+    /* The ring was full (it may have room again by now: push_full looks first). */
+    uint32_t moved = spindle_deque_push_full(&w->deque, t, &w->pool->injector);
     if (moved) bump(&w->counters.overflowed, moved);
     spindle_notify_one_after_local_push(w->pool);
 }

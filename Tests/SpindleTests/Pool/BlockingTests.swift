@@ -230,6 +230,31 @@ final class BlockingTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 60), .success, "the blocked worker was not compensated")
     }
 
+    /// What a spare submits goes to the injector, not to the spare's own deque, which
+    /// nobody steals from: here the spare then blocks until that task has run, which
+    /// only another thread can do.
+    func testATaskASpareSubmitsRunsWhileTheSpareBlocks() throws {
+        var c = ThreadPool.Configuration(workers: 1)
+        c.maxSpareWorkers = 2
+        let pool = try ThreadPool(configuration: c)
+        let started = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        try pool.submit { ThreadPool.blocking { started.signal(); release.wait() } }
+        started.wait()
+        let ran = DispatchSemaphore(value: 0), done = DispatchSemaphore(value: 0)
+        let onSpare = Atomic<Bool>(false), innerRan = Atomic<Bool>(false)
+        try pool.submit {
+            onSpare.store(pool.spareWorkerCount > 0, ordering: .relaxed)
+            try! pool.submit { ran.signal() }
+            ThreadPool.blocking { innerRan.store(ran.wait(timeout: .now() + 30) == .success, ordering: .relaxed) }
+            done.signal()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
+        XCTAssertTrue(onSpare.load(ordering: .relaxed), "the outer task was to run on a spare")
+        XCTAssertTrue(innerRan.load(ordering: .relaxed), "the task the spare submitted waited behind it")
+        release.signal()
+        try pool.shutdown()
+    }
+
     func testTheMonitorCompensatesBlockingSpindleIsNotToldOf() throws {
         let pool = try ThreadPool(workers: 1)
         defer { try? pool.shutdown() }

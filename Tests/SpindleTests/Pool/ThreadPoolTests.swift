@@ -118,6 +118,36 @@ final class ThreadPoolTests: XCTestCase {
         }
     }
 
+    /// A worker whose deque is full moves the older half to the injector. With one
+    /// worker and a deque of 4, nobody takes anything off the deque while the task that
+    /// fills it runs, so every push past the fourth overflows; none of the tasks is
+    /// lost or run twice. Forks overflow the same way, and a join whose frame went to
+    /// the injector finds it there.
+    func testAFullDequeMovesItsOlderHalfToTheInjectorLosingNothing() throws {
+        var c = ThreadPool.Configuration(workers: 1)
+        c.dequeCapacity = 4
+        let pool = try ThreadPool(configuration: c)
+        let n = 1_000
+        let counts = RunCounts(n)
+        let left = Atomic<Int>(n)
+        let done = DispatchSemaphore(value: 0)
+        try pool.submit {
+            for i in 0..<n {
+                try! pool.submit {
+                    counts.hit(i)
+                    if left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.signal() }
+                }
+            }
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
+        XCTAssertEqual(counts.wrong.count, 0)
+        let overflowed = pool.stats.reduce(0) { $0 + $1.overflowed }
+        XCTAssertGreaterThanOrEqual(overflowed, UInt64(n - 4), "pushes past the deque's capacity stayed on it")
+        XCTAssertEqual(pool.run { fib(pool, 16) }, 987)
+        XCTAssertGreaterThan(pool.stats.reduce(0) { $0 + $1.overflowed }, overflowed, "no fork overflowed")
+        try pool.shutdown()
+    }
+
     func testPermanentEnginePoolRefusesShutdownAndRunsSubmissions() throws {
         // A permanent pool skips the submit/shutdown handshake, so it must never be
         // shut down: the engine refuses with EPERM and keeps running work.
