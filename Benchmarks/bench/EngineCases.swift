@@ -183,8 +183,9 @@ func forkJoinCase(pool: ThreadPool, n: Int, cutoff: Int, reps: Int) throws -> Ca
 
 /// rayon and oneTBB running the same fib with the same cut-off (Benchmarks/peers), built
 /// by scripts/bench-peers.sh into `SPINDLE_BENCH_PEERS` (scripts/bench.sh sets it), or
-/// into Benchmarks/.build/peers. Each repetition is one process: a warm-up run, then a
-/// timed one, whose time the process reports; the pool's start is not in it.
+/// into Benchmarks/.build/peers. Each repetition is one process: a warm-up run, a pause
+/// of 200 ms (what `settle` gives the systems run in this process), then a timed run,
+/// whose time the process reports; the pool's start is not in it.
 enum ForkJoinPeers {
     static let names = [("rayon", "fib-rayon"), ("tbb", "fib-tbb")]
 
