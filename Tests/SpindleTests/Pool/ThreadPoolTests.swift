@@ -119,13 +119,16 @@ final class ThreadPoolTests: XCTestCase {
     }
 
     /// A worker whose deque is full moves the older half to the injector. With one
-    /// worker and a deque of 4, nobody takes anything off the deque while the task that
-    /// fills it runs, so every push past the fourth overflows; none of the tasks is
-    /// lost or run twice. Forks overflow the same way, and a join whose frame went to
-    /// the injector finds it there.
+    /// worker, no spares and a deque of 4, nobody takes anything off the deque while the
+    /// task that fills it runs, so every push past the fourth overflows; none of the
+    /// tasks is lost or run twice. Forks overflow the same way, and a join whose frame
+    /// went to the injector finds it there.
     func testAFullDequeMovesItsOlderHalfToTheInjectorLosingNothing() throws {
         var c = ThreadPool.Configuration(workers: 1)
         c.dequeCapacity = 4
+        // A spare, which the monitor may start for a worker it sees make no progress on
+        // a busy machine, could take tasks off the deque.
+        c.maxSpareWorkers = 0
         let pool = try ThreadPool(configuration: c)
         let n = 1_000
         let counts = RunCounts(n)
