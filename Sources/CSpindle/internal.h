@@ -529,8 +529,8 @@ static inline void spindle_notify_one_after_local_push(spindle_pool *pool) {
 
 /* Local push from worker `w`, then a wake for a sleeper if the pool needs one. Inline,
  * as the deque's own push is (deque_owner.h): it is most of a fork's cost in the engine,
- * where a call, its saved registers and a second read of the deque's indices would be
- * a large part of the rest. */
+ * and a call of its own, with the registers it saves, would be a large part of the
+ * rest. */
 static inline void spindle_worker_push(spindle_worker *w, spindle_task *t) {
     if (__builtin_expect(w->spare || !spindle_deque_try_push(&w->deque, t), 0)) {
         spindle_worker_push_slow(w, t);

@@ -129,7 +129,8 @@ static void frame_run(spindle_task *task, spindle_run_reason reason) {
 }
 
 /* A fork from a thread that is not one of `pool`'s workers: the frame goes on the
- * injector. Out of line, so that a worker's fork saves no registers for this call. */
+ * injector. Out of line, to keep the submission off the path of a worker's fork, the
+ * usual one. */
 __attribute__((noinline)) static void fork_elsewhere(spindle_pool *pool, spindle_join_frame *f) {
     f->spindle_waiter = NULL;
     /* A pool that is shutting down refuses outside work: the caller runs both halves. */
@@ -173,7 +174,8 @@ __attribute__((noinline)) static bool join_local_slow(spindle_worker *w, spindle
     return false;
 }
 
-/* A join of a frame that went elsewhere than this worker's deque. */
+/* A join of a frame that was not pushed on a worker's deque: one the caller runs
+ * inline (FRAME_INLINE), or one on the injector (FRAME_REMOTE). */
 __attribute__((noinline)) static bool join_elsewhere(spindle_join_frame *f) {
     if (f->spindle_flags == FRAME_INLINE) return true;
     latch_wait_external(frame_latch(f));
