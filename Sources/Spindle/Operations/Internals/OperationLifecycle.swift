@@ -135,20 +135,8 @@ extension Operation {
         // A custom asynchronous operation reports `isFinished` through its override;
         // make the base state agree.
         phase.store(Phase.finished.rawValue, ordering: .releasing)
-        // F2, only when something was registered that it must hand on. The rest is
-        // inlined into each branch: in the usual one the hand-off is a constant, empty,
-        // and destroying it costs nothing, where one value for both branches would
-        // release its two fields on every finish.
-        if needsFinishLock.load(ordering: .sequentiallyConsistent) {
-            finishSteps(takeHandOff())
-        } else {
-            finishSteps(FinishHandOff())
-        }
-    }
-
-    /// F3-F7, with what F2 handed on.
-    @inline(__always)
-    private func finishSteps(_ handOff: borrowing FinishHandOff) {
+        // F2, only when something was registered that it must hand on.
+        let handOff = needsFinishLock.load(ordering: .sequentiallyConsistent) ? takeHandOff() : FinishHandOff()
         let queue = unsafe ownerQueue
         let ts = unsafe ThreadState.unmanagedCurrent
         let chained = unsafe joinChain(ts)
