@@ -89,6 +89,190 @@ final class DependencyEdgeTests: XCTestCase {
         }
     }
 
+    /// A dependent cancelled while its last dependency is counting it down is not let go
+    /// until that count-down is done with it. A cancelled operation is ready whatever its
+    /// dependencies, so it can start, finish and be let go by its queue while its
+    /// dependency is still finishing. The dependency's thread is stopped (a debug-build
+    /// seam) where it has found the dependent ready and is about to retain it; meanwhile
+    /// another thread cancels the dependent, waits for it, drains its queue and drops the
+    /// last other reference. The dependent's finish must wait for the count-down: were it
+    /// to complete, the dependent's deinit would begin, and the retain that follows would
+    /// be of an object being freed ("deallocated with non-zero retain count").
+    func testACancelledDependentOutlivesTheCountDownThatFoundItReady() {
+        final class Dependent: Operation, @unchecked Sendable {
+            let onDeinit: @Sendable () -> Void
+            init(onDeinit: @escaping @Sendable () -> Void) {
+                self.onDeinit = onDeinit
+                super.init()
+            }
+            deinit { onDeinit() }
+        }
+        enum Event: Equatable { case finishLock, deinitialised }
+        let events = Mutex<[Event]>([])
+        let progress = DispatchSemaphore(value: 0)
+        let stopped = DispatchSemaphore(value: 0), resume = DispatchSemaphore(value: 0)
+        let released = DispatchSemaphore(value: 0)
+
+        let dependency = BlockOperation {}
+        var dependent: Dependent? = Dependent {
+            events.locked { $0.append(.deinitialised) }
+            progress.signal()
+        }
+        let key = UInt(bitPattern: Unmanaged.passUnretained(dependent!).toOpaque())
+        dependent!.addDependency(dependency)
+        let dependentQueue = OperationQueue(), dependencyQueue = OperationQueue()
+        dependentQueue.addOperation(dependent!)
+
+        let stops = Atomic<Int>(0)
+        OperationSeams.hook.locked {
+            $0 = { point, op in
+                guard op == key else { return }
+                switch point {
+                case .retainingReadyDependent:
+                    guard stops.add(1, ordering: .relaxed).newValue == 1 else { return }
+                    stopped.signal()
+                    resume.wait()
+                case .finishLock:
+                    events.locked { $0.append(.finishLock) }
+                    progress.signal()
+                case .countingDown:
+                    break
+                }
+            }
+        }
+        OperationSeams.armed.store(true, ordering: .releasing)
+        defer {
+            OperationSeams.armed.store(false, ordering: .releasing)
+            OperationSeams.hook.locked { $0 = nil }
+        }
+
+        dependencyQueue.addOperation(dependency)
+        guard stopped.wait(timeout: .now() + 60) == .success else {
+            return XCTFail("the dependency never reached the retain of its ready dependent")
+        }
+        // It decides and retains under the dependent's lock, which the dependent's own
+        // finish passes through: so the finish cannot complete in between.
+        guard dependent!.guarded.withLockIfAvailable({ _ in true }) == nil else {
+            resume.signal()
+            return XCTFail("the count-down decides to retain its dependent outside the dependent's lock")
+        }
+        // The dependency's thread is stopped before the retain, holding the dependency's
+        // lock. Hand the dependent's last reference outside its queue to a thread that
+        // lets it go. It polls instead of waiting: a wait would promote what the
+        // dependent waits for, and block on that lock.
+        let holder = Mutex<Dependent?>(dependent)
+        dependent = nil
+        Thread {
+            if let op = holder.locked({ $0 }) {
+                op.cancel()
+                _ = eventually { op.isFinished }
+            }
+            holder.locked { $0 = nil }
+            _ = eventually { dependentQueue.operationCount == 0 }
+            released.signal()
+        }.start()
+
+        // Either the dependent's finish reaches its lock, where it waits for the
+        // count-down, or (the defect) it completes and the dependent is freed.
+        guard progress.wait(timeout: .now() + 60) == .success else {
+            return XCTFail("the cancelled dependent neither reached its finish nor was freed")
+        }
+        guard events.locked({ $0.first }) == .finishLock else {
+            // The stopped thread is left stopped: resumed, it would retain a freed object.
+            return XCTFail("the dependent was freed while its dependency was about to retain it")
+        }
+        XCTAssertFalse(dependency.finishCompleted.load(ordering: .acquiring), "the dependency is still at its count-down")
+        resume.signal()
+        XCTAssertEqual(released.wait(timeout: .now() + 60), .success, "the cancelled dependent finishes")
+        XCTAssertEqual(progress.wait(timeout: .now() + 60), .success, "and is freed once its dependency is done with it")
+        XCTAssertEqual(events.locked { $0 }, [.finishLock, .deinitialised])
+        dependencyQueue.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(dependency.isFinished)
+    }
+
+    /// A dependency cycle whose operations are cancelled on several threads at once
+    /// finishes: each finishing operation holds its own lock while it counts down its
+    /// dependents, so two of them taking each other's locks would deadlock (which the
+    /// kernel reports for the futex under Synchronization's Mutex, and Swift traps on).
+    func testADependencyCycleCancelledOnSeveralThreadsAtOnceFinishes() {
+        for round in 0..<Stress.count(2_000) {
+            let q = OperationQueue()
+            let ops = (0..<(2 + round % 2)).map { _ in BlockOperation {} }
+            for (i, op) in ops.enumerated() { op.addDependency(ops[(i + 1) % ops.count]) }
+            q.addOperations(ops, waitUntilFinished: false)
+            let threads = ops.dropFirst().map { op in Thread { op.cancel() } }
+            for t in threads { t.start() }
+            ops[0].cancel()
+            let drained = DispatchSemaphore(value: 0)
+            Thread {
+                q.waitUntilAllOperationsAreFinished()
+                drained.signal()
+            }.start()
+            guard drained.wait(timeout: .now() + 60) == .success else {
+                return XCTFail("a cycle of \(ops.count) cancelled at once did not finish (round \(round))")
+            }
+            // Cancelling one breaks the cycle: the others may run before their own
+            // cancellation arrives.
+            XCTAssertTrue(ops.allSatisfy { $0.isFinished })
+        }
+    }
+
+    /// Two operations of a dependency cycle finishing at once: the first, holding its own
+    /// lock, is stopped (a debug-build seam) just before it takes the second's lock to
+    /// count it down; then the second is cancelled and started. The second must not
+    /// count down the first, which has begun to finish: that would wait for the first's
+    /// lock while the first waits for its own, a deadlock.
+    func testAnOperationDoesNotCountDownADependentThatHasBegunToFinish() {
+        let a = BlockOperation {}, b = BlockOperation {}
+        a.addDependency(b)
+        b.addDependency(a)
+        let keyA = UInt(bitPattern: Unmanaged.passUnretained(a).toOpaque())
+        let keyB = UInt(bitPattern: Unmanaged.passUnretained(b).toOpaque())
+        let stopped = DispatchSemaphore(value: 0), resume = DispatchSemaphore(value: 0)
+        let progress = DispatchSemaphore(value: 0)
+        let countedDownA = Atomic<Bool>(false)
+        OperationSeams.hook.locked {
+            $0 = { point, op in
+                guard point == .countingDown else { return }
+                if op == keyB {
+                    stopped.signal()
+                    resume.wait()
+                } else if op == keyA {
+                    countedDownA.store(true, ordering: .releasing)
+                    progress.signal()
+                }
+            }
+        }
+        OperationSeams.armed.store(true, ordering: .releasing)
+        defer {
+            OperationSeams.armed.store(false, ordering: .releasing)
+            OperationSeams.hook.locked { $0 = nil }
+        }
+        // Not in a queue, so that a thread left stopped stops nothing else.
+        let boxA = UncheckedBox(a), boxB = UncheckedBox(b)
+        a.cancel()
+        Thread { boxA.value.start() }.start()
+        guard stopped.wait(timeout: .now() + 60) == .success else {
+            return XCTFail("the first operation's finish never reached its dependent")
+        }
+        b.cancel()
+        Thread {
+            boxB.value.start()
+            progress.signal()
+        }.start()
+        guard progress.wait(timeout: .now() + 60) == .success else {
+            return XCTFail("the second operation's finish neither ended nor reached the first")
+        }
+        guard !countedDownA.load(ordering: .acquiring) else {
+            // Both threads are left as they are: resumed, they would deadlock.
+            return XCTFail("an operation's finish counted down a dependent that had begun to finish")
+        }
+        XCTAssertTrue(b.isFinished)
+        resume.signal()
+        a.waitUntilFinished()
+        XCTAssertTrue(a.isFinished)
+    }
+
     /// When its last dependency finishes, a subclass hears `isReady` change through
     /// `willChangeValue(forKey:)` and `didChangeValue(forKey:)`, as Foundation's KVO
     /// announces it, and its queue starts it. A plain operation, which overrides

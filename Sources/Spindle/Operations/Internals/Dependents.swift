@@ -5,8 +5,10 @@
 /// D's deinit removes D from every dependency's list under that dependency's lock. So
 /// either D deregistered first (and is never touched), or the finishing dependency holds
 /// its lock across every touch and D's deinit waits for it: D's memory is valid for as
-/// long as anyone uses it. Dependents are retained only when they are in a queue, which
-/// keeps them alive (refcount > 0). Nothing is allocated for zero or one dependent (a
+/// long as anyone uses it. A dependent is retained only when, under its own lock, it is
+/// found in a queue and not finishing; its own finish passes through that lock, so its
+/// queue, which lets it go only once it has finished, still holds it then (refcount > 0;
+/// `Operation.countDownOneEdge`). Nothing is allocated for zero or one dependent (a
 /// chain); a wide fan-out uses a dictionary, so removal stays O(1) when many dependents
 /// go away at once (cancelAllOperations on thousands waiting for one operation).
 ///

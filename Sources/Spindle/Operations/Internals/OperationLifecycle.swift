@@ -86,9 +86,13 @@ extension Operation {
 // retired by its queue).
 //
 // F1. `finishHandled` is claimed with a CAS: the protocol runs once.
-// F2. Under the operation's lock, only if `needsFinishLock` is set: every dependent's
-//     count is decremented (self-dependency included), the dependents that became
-//     ready are collected, the completion block is taken.
+// F2. Under the operation's lock, only if `needsFinishLock` is set or the operation has
+//     had a dependency: every dependent's count is decremented (self-dependency
+//     included), the dependents that became ready are collected, the completion block
+//     is taken. A dependent that has begun its own finish is passed over. One is
+//     retained only when found, under its own lock, queued and not finishing; passing
+//     through its own lock at F2 is what makes that test hold until the retain
+//     (`countDownOneEdge`).
 // F3. The dependents that became ready are told (Readiness.swift); observers hear
 //     `.finished`.
 // F4. Its queue counts it finished (QueueMembership.swift), which may start the next
@@ -113,8 +117,11 @@ extension Operation {
 //   waiter either sees `finishCompleted` and does not wait, or is seen and released
 //   under the lock (Waiter.swift).
 //
-// Model: Tests/Models/finish_protocol.pml checks F1, both pairs, F2-F3 and F6 over every
-// interleaving of two finish paths, a dependent registering and a waiter.
+// Models: Tests/Models/finish_protocol.pml checks F1, both pairs, F2-F3 and F6 over every
+// interleaving of two finish paths, a dependent registering and a waiter;
+// Tests/Models/dependent_lifetime.pml, that F2 never retains a dependent that a
+// cancellation let finish and be freed meanwhile; Tests/Models/finish_cycle.pml, that
+// the operations of a cycle finishing at once do not deadlock in F2.
 
 /// What F2 hands on from under the operation's lock, in a struct: a closure returned
 /// through the lock's generic result in a tuple would be re-abstracted (two
@@ -135,8 +142,19 @@ extension Operation {
         // A custom asynchronous operation reports `isFinished` through its override;
         // make the base state agree.
         phase.store(Phase.finished.rawValue, ordering: .releasing)
-        // F2, only when something was registered that it must hand on.
-        let handOff = needsFinishLock.load(ordering: .sequentiallyConsistent) ? takeHandOff() : FinishHandOff()
+        // F2, only when something was registered that it must hand on, or when a
+        // dependency may be counting this operation down: F2's lock then orders this
+        // finish after that count-down, which may retain this operation
+        // (`countDownOneEdge`).
+        let handOff: FinishHandOff
+        if needsFinishLock.load(ordering: .sequentiallyConsistent) || hadDependencies.load(ordering: .sequentiallyConsistent) {
+            #if DEBUG
+            unsafe OperationSeams.reach(.finishLock, Dependents.key(self))
+            #endif
+            handOff = takeHandOff()
+        } else {
+            handOff = FinishHandOff()
+        }
         let queue = unsafe ownerQueue
         let ts = unsafe ThreadState.unmanagedCurrent
         let chained = unsafe joinChain(ts)
@@ -162,9 +180,10 @@ extension Operation {
     private func takeHandOff() -> FinishHandOff {
         guarded.locked { g -> FinishHandOff in
             // Count this edge down in every dependent, under our lock (see Dependents).
-            // Only dependents in a queue and unfinished are retained — the queue keeps
-            // them alive, so they cannot be mid-deinit — to be told they are ready
-            // once we unlock.
+            // Only dependents found in a queue and not finishing, under their own lock,
+            // are retained (`countDownOneEdge`): their queue keeps them alive until
+            // then, so they cannot be mid-deinit. They are told they are ready once we
+            // unlock.
             //
             // A dependent may be in its deinit right now (its last reference went away
             // on another thread), blocked on our lock to deregister. It must not be
@@ -182,8 +201,19 @@ extension Operation {
                     g.unfinished -= 1
                     return
                 }
-                let nowReady = unsafe dependent.withGuaranteedReference(Operation.countDownOneEdge)
-                if nowReady { unsafe ready.append(dependent.takeUnretainedValue()) }
+                // A dependent that has begun its own finish is passed over, its lock not
+                // taken: it will not be told it is ready, and taking it could deadlock.
+                // In a dependency cycle whose operations finish at once (cancelled
+                // together), each holds its own lock here and would wait for the next
+                // one's. Each stores its F1 and then loads the next one's (seq_cst), so
+                // at least one of them sees the next one finishing: no cycle of waits.
+                if unsafe dependent.withGuaranteedReference(Operation.isFinishing) { return }
+                #if DEBUG
+                unsafe OperationSeams.reach(.countingDown, Dependents.key(dependent))
+                #endif
+                if let nowReady = unsafe dependent.withGuaranteedReference(Operation.countDownOneEdge) {
+                    unsafe ready.append(nowReady.takeRetainedValue())
+                }
             }
             unsafe g.dependents = unsafe .none
             let c = g.completionBlock
@@ -256,16 +286,53 @@ extension Operation {
         for unsafe w in unsafe waiters.more { unsafe w.signal() }
     }
 
-    /// Counts one finished dependency off `d`, under `d`'s lock; true when that was the
-    /// last one and `d` is queued and unfinished — then the queue's list holds it, so it
-    /// is alive and may be retained. A static function of a guaranteed reference, not a
-    /// closure: nothing here may retain `d` (see finishProtocol).
-    static func countDownOneEdge(_ d: Operation) -> Bool {
-        let last = d.guarded.locked { dg -> Bool in
+    /// Whether `d` has begun its finish (F1). A static function of a guaranteed
+    /// reference, like `countDownOneEdge`: `d` may be in its deinit.
+    static func isFinishing(_ d: Operation) -> Bool {
+        d.finishHandled.load(ordering: .sequentiallyConsistent)
+    }
+
+    /// Counts one finished dependency off `d`, under `d`'s lock. When that was the last
+    /// one and `d` is queued and has not begun to finish, returns `d` retained, to be
+    /// told it is ready (F3); otherwise nil.
+    ///
+    /// The test and the retain are one critical section under `d`'s lock, and `d`'s own
+    /// finish, when `d` has ever had a dependency, passes through that lock after its
+    /// F1 (`finishProtocol`). So either this section runs first, and `d`'s queue, which
+    /// lets `d` go only after `d` has finished, still holds it while it is retained; or
+    /// `d`'s finish passed through the lock first, and this section sees
+    /// `finishHandled` and retains nothing. Testing outside the lock would leave a
+    /// window: a cancelled `d` is ready whatever its dependencies, so it can finish, be
+    /// let go by its queue and begin its deinit between the test and the retain.
+    ///
+    /// A static function of a guaranteed reference, not a closure: nothing here may
+    /// retain `d` before the test (see `takeHandOff`), so the locked body reaches it
+    /// unretained.
+    static func countDownOneEdge(_ d: Operation) -> Unmanaged<Operation>? {
+        // safety: `d` stays allocated while this runs: its deinit waits for the lock
+        // the caller holds (Dependents.swift). It is retained only once found alive.
+        let u = unsafe Unmanaged.passUnretained(d)
+        #if DEBUG
+        let key = unsafe Dependents.key(u)
+        #endif
+        return unsafe d.guarded.locked { dg -> Unmanaged<Operation>? in
             dg.unfinished -= 1
-            return dg.unfinished == 0
+            guard dg.unfinished == 0 else { return nil }
+            // seq_cst, for the one case where `d`'s finish may not pass through the lock:
+            // its F1 read `hadDependencies` false, because the edge was being added
+            // while `d` finished; that read then precedes the edge's store in the
+            // single order of seq_cst accesses, and this load follows it (through our
+            // lock), so it sees F1's store.
+            let alive = unsafe u.withGuaranteedReference { d in
+                d.queueSync.word.load(ordering: .acquiring) != 0
+                    && !d.finishHandled.load(ordering: .sequentiallyConsistent)
+            }
+            guard alive else { return nil }
+            #if DEBUG
+            OperationSeams.reach(.retainingReadyDependent, key)
+            #endif
+            return unsafe u.retain()
         }
-        return last && d.queueSync.word.load(ordering: .acquiring) != 0 && !d.finishHandled.load(ordering: .acquiring)
     }
 
     /// Queues the completion block as a task of its own, on a worker of the

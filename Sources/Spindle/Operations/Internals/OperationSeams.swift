@@ -1,0 +1,32 @@
+#if DEBUG
+import Synchronization
+
+/// Points in the operation layer where a test can stop a thread, to put another thread's
+/// steps in a window that is otherwise a few instructions wide. Debug builds only: a
+/// release build has none of this, and its operation path reads no test state.
+///
+/// A test sets `hook`, then `armed`; the hook runs on the thread that reaches a point,
+/// with the address of the operation concerned (never a reference: at some points an
+/// operation must not be retained), and may block it.
+enum OperationSeams {
+    enum Point: Sendable {
+        /// A finishing dependency, holding its own lock, is about to take a dependent's
+        /// lock to count it down (`takeHandOff`).
+        case countingDown
+        /// A finishing dependency has found a dependent ready, alive and queued, and is
+        /// about to retain it, holding the dependent's lock (`countDownOneEdge`).
+        case retainingReadyDependent
+        /// An operation's finish is about to take its own lock for F2 (`finishProtocol`).
+        case finishLock
+    }
+
+    static let hook = Mutex<(@Sendable (Point, UInt) -> Void)?>(nil)
+    static let armed = Atomic<Bool>(false)
+
+    static func reach(_ point: Point, _ operation: UInt) {
+        // Acquire pairs with the test's release store after it set `hook`.
+        guard armed.load(ordering: .acquiring) else { return }
+        if let hook = hook.locked({ $0 }) { hook(point, operation) }
+    }
+}
+#endif
