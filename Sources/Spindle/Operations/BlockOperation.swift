@@ -54,6 +54,13 @@ open class BlockOperation: Operation, @unchecked Sendable {
             unsafe blockBody.run()
             return
         }
+        runExecutionBlocks()
+    }
+
+    /// `main()` with blocks added by ``addExecutionBlock(_:)``: out of line, so that the
+    /// usual one-block operation runs its block without saving registers for this.
+    @inline(never)
+    private func runExecutionBlocks() {
         let all = executionBlocks
         switch all.count {
         case 0: return

@@ -135,8 +135,15 @@ open class Operation: @unchecked Sendable {
         let boxBits = moreBlocksWord.load(ordering: .relaxed)
         if boxBits != 0 { unsafe MoreBlocks.unmanaged(boxBits).release() }
         // Dependencies are released in a loop, not recursively (see ThreadState). Most
-        // operations have none and skip the lock and the thread-local bookkeeping.
-        guard hadDependencies.load(ordering: .acquiring) else { return }
+        // operations have none and skip the lock and the thread-local bookkeeping,
+        // which are out of line so that their deinit saves no registers for them.
+        if hadDependencies.load(ordering: .acquiring) { dropDependencies() }
+    }
+
+    /// The deinit of an operation that had dependencies: leaves each one's list of
+    /// dependents, and releases them iteratively.
+    @inline(never)
+    private func dropDependencies() {
         let deps = guarded.locked { g in
             let d = g.dependencies
             g.dependencies = OperationList()

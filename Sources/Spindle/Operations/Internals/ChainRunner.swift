@@ -72,10 +72,11 @@ enum ChainRunner {
             defer { unsafe ts.chainOpen = true; unsafe ts.chainBudget = chainLength }
             return unsafe (ts.chainOpen, ts.chainBudget)
         }
+        let tid = unsafe ts.withGuaranteedReference { $0.threadID }
         var op = unsafe first
         var copy = copyRank
         while true {
-            let claim = unsafe op.withGuaranteedReference { $0.claimRun(copyRank: copy) }
+            let claim = unsafe op.withGuaranteedReference { $0.claimRun(copyRank: copy, tid: tid) }
             copy = nil
             if claim.won {
                 unsafe op.withGuaranteedReference { op in
@@ -91,10 +92,13 @@ enum ChainRunner {
             // the pool first, so that it may run beside the block — a completion block
             // may wait for the operation its finish started, and that operation for
             // anything.
-            if let completion = unsafe ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
-                defer { unsafe ts.chainCompletion = nil }
-                return unsafe ts.chainCompletion
-            }) {
+            // Tested before it is taken: taking an empty slot would still store nil and
+            // destroy what was there, a call into the runtime on every operation.
+            if unsafe ts.withGuaranteedReference({ unsafe $0.chainCompletion != nil }),
+               let completion = unsafe ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
+                   defer { unsafe ts.chainCompletion = nil }
+                   return unsafe ts.chainCompletion
+               }) {
                 let next = unsafe ts.withGuaranteedReference { ts in
                     defer { unsafe ts.chainNext = nil }
                     return unsafe ts.chainNext
@@ -121,7 +125,18 @@ enum ChainRunner {
     /// Submits the completion block that a finish on this worker ordered after the
     /// operation in the continuation slot (OperationLifecycle.swift, F7), if there is one:
     /// called as that operation starts, so that the two may run side by side.
+    ///
+    /// Inlined into every start: the usual case, no such block, is one load and a
+    /// test, with the taking and submitting out of line.
+    @inline(__always)
     static func submitCompletionOnNextStart(_ ts: Unmanaged<ThreadState>) {
+        if unsafe ts.withGuaranteedReference({ unsafe $0.completionOnNextStart != nil }) {
+            unsafe takeCompletionOnNextStart(ts)
+        }
+    }
+
+    @inline(never)
+    private static func takeCompletionOnNextStart(_ ts: Unmanaged<ThreadState>) {
         if let completion = unsafe ts.withGuaranteedReference({ ts -> (@Sendable () -> Void)? in
             defer { unsafe ts.completionOnNextStart = nil }
             return unsafe ts.completionOnNextStart

@@ -145,16 +145,22 @@ extension Operation {
         // F2, only when something was registered that it must hand on, or when a
         // dependency may be counting this operation down: F2's lock then orders this
         // finish after that count-down, which may retain this operation
-        // (`countDownOneEdge`).
-        let handOff: FinishHandOff
+        // (`countDownOneEdge`). The rest is inlined into each branch: in the usual one
+        // the hand-off is a constant, empty, and destroying it costs nothing, where one
+        // value for both branches would release its two fields on every finish.
         if needsFinishLock.load(ordering: .sequentiallyConsistent) || hadDependencies.load(ordering: .sequentiallyConsistent) {
             #if DEBUG
             unsafe OperationSeams.reach(.finishLock, Dependents.key(self))
             #endif
-            handOff = takeHandOff()
+            finishSteps(takeHandOff())
         } else {
-            handOff = FinishHandOff()
+            finishSteps(FinishHandOff())
         }
+    }
+
+    /// F3-F7, with what F2 handed on.
+    @inline(__always)
+    private func finishSteps(_ handOff: borrowing FinishHandOff) {
         let queue = unsafe ownerQueue
         let ts = unsafe ThreadState.unmanagedCurrent
         let chained = unsafe joinChain(ts)

@@ -72,8 +72,16 @@ extension Operation {
     }
 
     /// The class this operation runs at without promotion: its own, or its queue's.
+    /// Inlined: an operation with no class or priority of its own, the usual one, reads
+    /// one flag; the lock is out of line.
+    @inline(__always)
     func naturalQoS(queueDefault: QualityOfService) -> QualityOfService {
         if !hasOwnPriority.load(ordering: .acquiring) { return queueDefault }
+        return ownQoS(queueDefault: queueDefault)
+    }
+
+    @inline(never)
+    private func ownQoS(queueDefault: QualityOfService) -> QualityOfService {
         let (qos, explicit, tp) = guarded.locked { ($0.qualityOfService, $0.qosExplicit, $0.extras?.threadPriority) }
         if explicit && qos != .default { return qos }
         if let tp, tp != 0.5 {

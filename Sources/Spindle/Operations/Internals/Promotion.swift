@@ -295,9 +295,10 @@ extension Operation {
     /// P4: claims the run for the calling thread. `copyRank`: the class of the pool a
     /// moved copy runs on (P5); nil for the original task node or continuation slot.
     /// Returns whether this thread runs the operation, and whether it must release the
-    /// reference the first move took for the original node.
+    /// reference the first move took for the original node. `tid`: the calling thread's
+    /// id (`ThreadState.threadID`), which a promoter boosts.
     @inline(__always)
-    func claimRun(copyRank: UInt8?) -> (won: Bool, releaseNodeReference: Bool) {
+    func claimRun(copyRank: UInt8?, tid: Int32) -> (won: Bool, releaseNodeReference: Bool) {
         var w = execWord.load(ordering: .relaxed)
         while true {
             let state = w & ExecWord.stateMask
@@ -307,7 +308,7 @@ extension Operation {
                 return (false, copyRank == nil)
             }
             let rank = copyRank ?? ExecWord.submittedRank(w)
-            let desired = ExecWord.make(ExecWord.running, submittedAt: rank, at: rank, tid: spindle_thread_id())
+            let desired = ExecWord.make(ExecWord.running, submittedAt: rank, at: rank, tid: tid)
             // seq_cst: the runner's side of P7.
             let (done, seen) = execWord.compareExchange(expected: w, desired: desired, ordering: .sequentiallyConsistent)
             if done {

@@ -38,6 +38,9 @@ final class ThreadState {
     /// A completion block to submit as `chainNext`, a dependent that took the slot
     /// first, starts (F7). It holds its operation.
     @exclusivity(unchecked) var completionOnNextStart: (@Sendable () -> Void)?
+    /// The thread's kernel id, read once: a runner records it in the operation it runs,
+    /// for a promotion to boost (Promotion.swift, P4).
+    let threadID = spindle_thread_id()
     /// The queue and operation this thread is running, as one value.
     var runningContext: (queue: Unmanaged<OperationQueue>?, operation: Unmanaged<Operation>?) {
         unsafe (currentQueue, currentOperation)
