@@ -124,27 +124,21 @@ final class DependencyEdgeTests: XCTestCase {
         dependentQueue.addOperation(dependent!)
 
         let stops = Atomic<Int>(0)
-        OperationSeams.hook.locked {
-            $0 = { point, op in
-                guard op == key else { return }
-                switch point {
-                case .retainingReadyDependent:
-                    guard stops.add(1, ordering: .relaxed).newValue == 1 else { return }
-                    stopped.signal()
-                    resume.wait()
-                case .finishLock:
-                    events.locked { $0.append(.finishLock) }
-                    progress.signal()
-                case .countingDown:
-                    break
-                }
+        OperationSeams.install { point, op in
+            guard op == key else { return }
+            switch point {
+            case .retainingReadyDependent:
+                guard stops.add(1, ordering: .relaxed).newValue == 1 else { return }
+                stopped.signal()
+                resume.wait()
+            case .finishLock:
+                events.locked { $0.append(.finishLock) }
+                progress.signal()
+            case .countingDown:
+                break
             }
         }
-        OperationSeams.armed.store(true, ordering: .releasing)
-        defer {
-            OperationSeams.armed.store(false, ordering: .releasing)
-            OperationSeams.hook.locked { $0 = nil }
-        }
+        defer { OperationSeams.remove() }
 
         dependencyQueue.addOperation(dependency)
         guard stopped.wait(timeout: .now() + 60) == .success else {
@@ -231,23 +225,17 @@ final class DependencyEdgeTests: XCTestCase {
         let stopped = DispatchSemaphore(value: 0), resume = DispatchSemaphore(value: 0)
         let progress = DispatchSemaphore(value: 0)
         let countedDownA = Atomic<Bool>(false)
-        OperationSeams.hook.locked {
-            $0 = { point, op in
-                guard point == .countingDown else { return }
-                if op == keyB {
-                    stopped.signal()
-                    resume.wait()
-                } else if op == keyA {
-                    countedDownA.store(true, ordering: .releasing)
-                    progress.signal()
-                }
+        OperationSeams.install { point, op in
+            guard point == .countingDown else { return }
+            if op == keyB {
+                stopped.signal()
+                resume.wait()
+            } else if op == keyA {
+                countedDownA.store(true, ordering: .releasing)
+                progress.signal()
             }
         }
-        OperationSeams.armed.store(true, ordering: .releasing)
-        defer {
-            OperationSeams.armed.store(false, ordering: .releasing)
-            OperationSeams.hook.locked { $0 = nil }
-        }
+        defer { OperationSeams.remove() }
         // Not in a queue, so that a thread left stopped stops nothing else.
         let boxA = UncheckedBox(a), boxB = UncheckedBox(b)
         a.cancel()

@@ -5,9 +5,10 @@ import Synchronization
 /// steps in a window that is otherwise a few instructions wide. Debug builds only: a
 /// release build has none of this, and its operation path reads no test state.
 ///
-/// A test sets `hook`, then `armed`; the hook runs on the thread that reaches a point,
-/// with the address of the operation concerned (never a reference: at some points an
-/// operation must not be retained), and may block it.
+/// A test installs a hook (`install`) and takes it out when done (`remove`); the hook
+/// runs on the thread that reaches a point, with the address of the operation concerned
+/// (never a reference: at some points an operation must not be retained), and may
+/// block it.
 enum OperationSeams {
     enum Point: Sendable {
         /// A finishing dependency, holding its own lock, is about to take a dependent's
@@ -20,11 +21,22 @@ enum OperationSeams {
         case finishLock
     }
 
-    static let hook = Mutex<(@Sendable (Point, UInt) -> Void)?>(nil)
-    static let armed = Atomic<Bool>(false)
+    private static let hook = Mutex<(@Sendable (Point, UInt) -> Void)?>(nil)
+    private static let armed = Atomic<Bool>(false)
+
+    static func install(_ body: @escaping @Sendable (Point, UInt) -> Void) {
+        hook.locked { $0 = body }
+        // Release: a thread that sees `armed` finds the hook set.
+        armed.store(true, ordering: .releasing)
+    }
+
+    static func remove() {
+        armed.store(false, ordering: .releasing)
+        hook.locked { $0 = nil }
+    }
 
     static func reach(_ point: Point, _ operation: UInt) {
-        // Acquire pairs with the test's release store after it set `hook`.
+        // Acquire pairs with the release store in `install`.
         guard armed.load(ordering: .acquiring) else { return }
         if let hook = hook.locked({ $0 }) { hook(point, operation) }
     }
