@@ -37,8 +37,12 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
     var alsoVs = [("spindle", "foundation"), ("spindle-metrics", "spindle")]
     if width == nil {
         systems.append(SystemRun(name: "pool-submit") { try poolSubmitRun(tasks, name: name) })
-        systems.append(SystemRun(name: "pool-submit-object") { try poolSubmitRun(tasks, name: name, withObject: true) })
-        alsoVs += [("spindle", "pool-submit"), ("spindle", "pool-submit-object"), ("pool-submit", "foundation")]
+        systems.append(SystemRun(name: "pool-submit-object") { try poolSubmitRun(tasks, name: name, object: .freedByWorker) })
+        systems.append(SystemRun(name: "pool-submit-object-local") {
+            try poolSubmitRun(tasks, name: name, object: .freedWhereMade)
+        })
+        alsoVs += [("spindle", "pool-submit"), ("spindle", "pool-submit-object"), ("spindle", "pool-submit-object-local"),
+                   ("pool-submit-object-local", "pool-submit"), ("pool-submit", "foundation")]
     }
     var r = try measure(name, tasks: tasks, reps: reps, reference: dispatchName, alsoVs: alsoVs, systems)
     if width == nil {
@@ -46,7 +50,9 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
             + "pool-submit-object: the same, and each block holds an object of "
             + (poolSubmitObjectBytes == nil ? "a BlockOperation's allocation size (\(OperationSized.bytes) bytes), "
                                             : "\(OperationSized.bytes) bytes (--object-bytes), ")
-            + "which the adding thread makes and the worker frees: what an object per operation costs, with no operation semantics"
+            + "which the adding thread makes and the worker frees: what an object per operation costs, with no operation semantics; "
+            + "pool-submit-object-local: the same object, marked done by the worker and freed by the adding thread 64 or more "
+            + "behind, as the queue frees its operations: the least that an object per operation costs on this hand-off"
     }
     return r
 }
@@ -84,6 +90,15 @@ private func poolSubmitObjectBlock(_ object: OperationSized) {
     poolSubmitBlock(object.header)
 }
 
+/// `pool-submit-object-local`'s block: marks its object done, its last access to it,
+/// then does what `pool-submit`'s does. `flag` is the address of a byte inside the object,
+/// which the adding thread keeps alive until it reads the mark.
+@inline(never)
+private func poolSubmitLocalObjectBlock(_ flag: Int) {
+    bench_flag_set(UnsafeMutableRawPointer(bitPattern: flag))
+    poolSubmitBlock(flag)
+}
+
 @inline(never)
 private func poolSubmitBlock(_ index: Int) {
     precondition(index >= 0)
@@ -110,16 +125,33 @@ private func poolSubmitBlock(_ index: Int) {
 /// thread instead (`OperationQueue.State.prune`), so a capturing block would measure
 /// that difference rather than the hand-off.
 ///
-/// `withObject`: each block also holds an `OperationSized` made by the adding thread.
-/// A closure that captures one object and nothing else uses it as its context, so this
-/// adds the object's allocation and nothing more; the worker frees it with the block.
-private func poolSubmitRun(_ tasks: Int, name: String, withObject: Bool = false) throws -> Double {
+/// `object`: what each block gets besides its `Int`.
+/// - `.freedByWorker`: an `OperationSized` made by the adding thread, which the block
+///   holds. A closure that captures one object and nothing else uses it as its context,
+///   so this adds the object's allocation and nothing more; the worker frees it with the
+///   block.
+/// - `.freedWhereMade`: an `OperationSized` that the adding thread keeps, in order, and
+///   the block only marks done (a release store into it). The adding thread frees the
+///   oldest ones once they are marked and 64 or more behind, at most two per block added,
+///   and the rest after the wait, as `OperationQueue.State.prune` frees finished
+///   operations: the malloc and free stay on one thread, and what the worker wrote comes
+///   back to it. The least an object per operation costs on this hand-off, with no
+///   operation semantics.
+private enum PerBlockObject { case none, freedByWorker, freedWhereMade }
+
+private func poolSubmitRun(_ tasks: Int, name: String, object mode: PerBlockObject = .none) throws -> Double {
     let pool = ThreadPool.shared
     poolSubmitUnfinished.store(0, ordering: .relaxed)
     poolSubmitRemaining.store(tasks, ordering: .relaxed)
     _ = OperationSized.capacity
+    // `.freedWhereMade`'s objects, oldest first, each retained once: plain memory, so
+    // that keeping them costs a store and no array's checks.
+    let kept = UnsafeMutablePointer<Unmanaged<OperationSized>>.allocate(capacity: mode == .freedWhereMade ? tasks : 0)
+    defer { kept.deallocate() }
+    var oldest = 0
     let t = try timed {
-        if withObject {
+        switch mode {
+        case .freedByWorker:
             for i in 0..<tasks {
                 poolSubmitUnfinished.add(1, ordering: .sequentiallyConsistent)
                 // Not Sendable (ManagedBuffer never is); its header is written once, at
@@ -127,13 +159,37 @@ private func poolSubmitRun(_ tasks: Int, name: String, withObject: Bool = false)
                 nonisolated(unsafe) let object = OperationSized.make(i)
                 try pool.submit { poolSubmitObjectBlock(object) }
             }
-        } else {
+        case .freedWhereMade:
+            for i in 0..<tasks {
+                poolSubmitUnfinished.add(1, ordering: .sequentiallyConsistent)
+                let object = Unmanaged.passRetained(OperationSized.make(i))
+                // The elements are uninitialised memory, possibly a freed object's set flag.
+                let flag = object._withUnsafeGuaranteedRef { o in
+                    o.withUnsafeMutablePointerToElements { elements in
+                        elements.initialize(to: 0)
+                        return Int(bitPattern: UnsafeMutableRawPointer(elements))
+                    }
+                }
+                (kept + i).initialize(to: object)
+                try pool.submit { poolSubmitLocalObjectBlock(flag) }
+                var freed = 0
+                while freed < 2, i - oldest >= 64,
+                      kept[oldest]._withUnsafeGuaranteedRef({ $0.withUnsafeMutablePointerToElements { bench_flag_is_set($0) } }) {
+                    kept[oldest].release()
+                    oldest += 1
+                    freed += 1
+                }
+            }
+        case .none:
             for i in 0..<tasks {
                 poolSubmitUnfinished.add(1, ordering: .sequentiallyConsistent)
                 try pool.submit { poolSubmitBlock(i) }
             }
         }
         poolSubmitDone.wait()
+        if mode == .freedWhereMade {
+            while oldest < tasks { kept[oldest].release(); oldest += 1 }
+        }
     }.ns
     // The count's last decrement precedes the signal, so it is already zero.
     guard poolSubmitRemaining.load(ordering: .acquiring) == 0, poolSubmitUnfinished.load(ordering: .acquiring) == 0 else {

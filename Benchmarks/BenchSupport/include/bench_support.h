@@ -4,6 +4,7 @@
 #ifndef BENCH_SUPPORT_H
 #define BENCH_SUPPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,14 @@ void bench_consolidate_heap(void);
 /* The bytes malloc set aside for `block` (its size class): malloc_usable_size, which the
  * Swift side cannot reach through Glibc's module. */
 size_t bench_allocation_size(const void *block);
+
+/* A one-byte flag inside memory that Swift sees only as bytes (a ManagedBuffer's
+ * elements): set by the thread done with the memory, with release; read by the thread
+ * that frees it, with acquire, so that the setter's accesses precede the free. */
+static inline void bench_flag_set(void *flag) { __atomic_store_n((unsigned char *)flag, 1, __ATOMIC_RELEASE); }
+static inline bool bench_flag_is_set(const void *flag) {
+    return __atomic_load_n((const unsigned char *)flag, __ATOMIC_ACQUIRE) != 0;
+}
 
 /* Around a timed region, under callgrind (scripts/instructions.sh): counts it alone and
  * dumps its count labelled `label`. No-ops elsewhere (instructions.c). */
