@@ -28,7 +28,7 @@ extension Operation {
     func registerFinishWaiter(_ waiter: Waiter) -> Bool {
         guarded.locked { g -> Bool in
             if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
-            unsafe g.makeExtras().addWaiter(waiter)
+            unsafe extras(in: &g).addWaiter(waiter)
             return true
         }
     }

@@ -84,6 +84,9 @@ open class Operation: @unchecked Sendable {
     let hasOwnPriority = Atomic<Bool>(false)
     let needsFinishLock = Atomic<Bool>(false)
     let hadDependencies = Atomic<Bool>(false)
+    /// Set once the out-of-line fields are made (`Guarded.extrasWord`): deinit then
+    /// releases them.
+    let hasExtras = Atomic<Bool>(false)
     /// The class a promotion raised this operation to (a `ClassRank`; 0: none), and
     /// where its run stands: submitted at a class, moved to a higher one, running on a
     /// thread at a class, done. See `Promotion.swift` (P1-P7).
@@ -115,6 +118,9 @@ open class Operation: @unchecked Sendable {
     /// designated initialiser, here or there, would stop subclasses' implicit
     /// `super.init()` calls) and never changed after, so reading it needs no lock.
     @exclusivity(unchecked) final var blockBody = BlockBody()
+    /// ``completionBlock``, read and written only under `guarded`'s lock. Not in
+    /// `Guarded`, which holds nothing that costs anything to destroy (see there).
+    @exclusivity(unchecked) final var completionStorage: (@Sendable () -> Void)?
     /// Blocks added with `addExecutionBlock(_:)`, in order: made by the first such call.
     /// Out of line, so that the usual one-block operation is small and its deinit has no
     /// lock and no array to destroy. The word holds a retained `MoreBlocks` (0: none),
@@ -134,30 +140,13 @@ open class Operation: @unchecked Sendable {
         // release that brought us here.
         let boxBits = moreBlocksWord.load(ordering: .relaxed)
         if boxBits != 0 { unsafe MoreBlocks.unmanaged(boxBits).release() }
-        // Dependencies are released in a loop, not recursively (see ThreadState). Most
-        // operations have none and skip the lock and the thread-local bookkeeping,
+        // The references in the locked state (`Guarded`): dependencies, released in a
+        // loop, not recursively (see ThreadState), and the out-of-line fields. Most
+        // operations have neither and skip the lock and the thread-local bookkeeping,
         // which are out of line so that their deinit saves no registers for them.
-        if hadDependencies.load(ordering: .acquiring) { dropDependencies() }
-    }
-
-    /// The deinit of an operation that had dependencies: leaves each one's list of
-    /// dependents, and releases them iteratively.
-    @inline(never)
-    private func dropDependencies() {
-        let deps = guarded.locked { g in
-            let d = g.dependencies
-            g.dependencies = OperationList()
-            return d
-        }
-        guard !deps.isEmpty else { return }
-        // Take ourselves off each dependency's list of dependents. A dependency that is
-        // finishing right now holds its lock while it walks that list and touches us;
-        // taking the same lock here waits for it, so nobody touches this object after
-        // deinit returns. (We hold no lock of ours meanwhile: the finishing dependency
-        // takes ours inside its own.)
-        let me = unsafe Dependents.key(self)
-        for d in deps { _ = d.guarded.locked { unsafe $0.dependents.remove(key: me) } }
-        ThreadState.releaseIteratively(consume deps)
+        // Acquiring: an edge's flag is stored after the lock that listed it; the
+        // release that brought us here orders both anyway.
+        if hadDependencies.load(ordering: .acquiring) || hasExtras.load(ordering: .acquiring) { dropLockedReferences() }
     }
 
     // MARK: - Subclassing points
@@ -368,17 +357,17 @@ open class Operation: @unchecked Sendable {
         get {
             // Through a struct, as in finishProtocol: no re-abstraction.
             struct Box { let block: (@Sendable () -> Void)? }
-            return guarded.locked { Box(block: $0.completionBlock) }.block
+            return guarded.locked { _ in unsafe Box(block: completionStorage) }.block
         }
         set {
             if newValue != nil { needsFinishLock.store(true, ordering: .sequentiallyConsistent) }
-            guarded.locked { $0.completionBlock = newValue }
+            guarded.locked { _ in unsafe completionStorage = newValue }
         }
     }
 
     /// The operations this one waits for (not the barriers its queue makes it wait for).
     open var dependencies: [Operation] {
-        guarded.locked { $0.dependencies }.filter { !($0 is BarrierOperation) }
+        guarded.locked { $0.dependencies.snapshot() }.filter { !($0 is BarrierOperation) }
     }
 
     // MARK: - Dependencies

@@ -221,9 +221,9 @@ extension Operation {
                     unsafe ready.append(nowReady.takeRetainedValue())
                 }
             }
-            unsafe g.dependents = unsafe .none
-            let c = g.completionBlock
-            g.completionBlock = nil
+            unsafe g.dependents.removeAll()
+            let c = unsafe completionStorage
+            unsafe completionStorage = nil
             return FinishHandOff(ready: ready, completion: c)
         }
     }

@@ -3,7 +3,8 @@ import Synchronization
 // The operation's state behind its lock, and the small helpers around it.
 //
 // Most of an operation's state sits in one `Guarded` struct under one Mutex: its
-// dependencies and dependents, its completion block, its waiters. What the hot paths
+// dependencies and dependents, its waiters (its completion block, under the same lock,
+// is a field of the class: see `Guarded` for why). What the hot paths
 // need without a lock is in atomics declared with the class (Operation.swift), each
 // documented where its protocol is: the phase (OperationLifecycle.swift), the finish
 // flags (OperationLifecycle.swift), the queue's fields (QueueFields.swift).
@@ -44,15 +45,29 @@ extension Operation {
         }
     }
 
+    /// Everything behind the operation's lock.
+    ///
+    /// Trivially destroyed: every field is a plain value or a word that holds a
+    /// reference it releases itself, so freeing an operation costs nothing here. Were
+    /// a field an ordinary reference, even a nil one, every operation's deallocation
+    /// would destroy the struct through the generic `Mutex`'s value witness and call
+    /// the runtime's release once per field: a cost per operation, for fields that
+    /// most operations never set. The references live instead in `dependencies` and
+    /// `extrasWord`, which own them, and an operation's deinit takes the lock and lets
+    /// them go only when `hadDependencies` or `hasExtras` says there is something to
+    /// let go; `dependents` holds no reference that outlives its operation's finish.
+    /// (The completion block, which many operations set, is outside the struct, in
+    /// `Operation.completionStorage`: a closure's context cannot be held as a word.)
     @safe
     struct Guarded {
         // safety: the unretained dependents stay valid while listed: a dependent takes
         // itself off this list, under this lock, in its deinit (Dependents.swift).
-        var dependencies = OperationList()
+        var dependencies = DependencyList()
         /// Dependencies that have not finished yet. Readiness is `== 0`.
         var unfinished = 0
-        var completionBlock: (@Sendable () -> Void)?
-        var extras: Extras?
+        /// The out-of-line fields (`Extras`), retained once, or nil until first used
+        /// (`Operation.extras(in:)`, which sets `hasExtras`); released by deinit.
+        var extrasWord: Unmanaged<Extras>?
         // The fields of a byte or so come last, where the ones after them need no
         // padding: every operation carries this struct (see `Operation`'s layout note).
         /// Operations that depend on this one, unretained (as Foundation keeps them): a
@@ -62,12 +77,10 @@ extension Operation {
         var qualityOfService: QualityOfService = .default
         var qosExplicit = false
 
-        /// The out-of-line fields, created on first use.
-        mutating func makeExtras() -> Extras {
-            if let extras { return extras }
-            let made = Extras()
-            extras = made
-            return made
+        /// The out-of-line fields, if they were made.
+        var extras: Extras? {
+            // safety: a non-nil word holds the reference this struct owns.
+            unsafe extrasWord?.takeUnretainedValue()
         }
     }
 
@@ -76,9 +89,43 @@ extension Operation {
         return "operation \(type(of: self)) \(ObjectIdentifier(self))"
     }
 
+    /// The out-of-line fields of `g`, this operation's locked state, created on first
+    /// use. Called under the lock.
+    func extras(in g: inout Guarded) -> Extras {
+        if let extras = g.extras { return extras }
+        let made = Extras()
+        // safety: the struct's one reference, released by deinit (`hasExtras`).
+        unsafe g.extrasWord = unsafe Unmanaged.passRetained(made)
+        // Relaxed: deinit, its only reader, comes after every other access.
+        hasExtras.store(true, ordering: .relaxed)
+        return made
+    }
+
+    /// The deinit of an operation whose locked state holds references: leaves each
+    /// dependency's list of dependents, releases the dependencies iteratively, and
+    /// releases the out-of-line fields — outside the lock, since their observers'
+    /// contexts may run a user's deinit.
+    @inline(never)
+    func dropLockedReferences() {
+        let (deps, extras) = unsafe guarded.locked { g in
+            defer { unsafe g.extrasWord = nil }
+            return unsafe (g.dependencies.take(), g.extrasWord)
+        }
+        unsafe extras?.release()
+        guard !deps.isEmpty else { return }
+        // Take ourselves off each dependency's list of dependents. A dependency that is
+        // finishing right now holds its lock while it walks that list and touches us;
+        // taking the same lock here waits for it, so nobody touches this object after
+        // deinit returns. (We hold no lock of ours meanwhile: the finishing dependency
+        // takes ours inside its own.)
+        let me = unsafe Dependents.key(self)
+        for d in deps { _ = d.guarded.locked { unsafe $0.dependents.remove(key: me) } }
+        ThreadState.releaseIteratively(consume deps)
+    }
+
     /// Runs `body` on the out-of-line fields, creating them on first use, under the lock.
     func withExtras(_ body: (Extras) -> Void) {
-        guarded.locked { g in body(g.makeExtras()) }
+        guarded.locked { g in body(extras(in: &g)) }
     }
 
     /// Tells the observers of `change`: inlined, so that an operation nobody observes,
@@ -114,10 +161,126 @@ extension Operation {
     }
 }
 
-/// Operations in the order they were appended: the first inline, the rest in an
-/// array. It holds an operation's dependencies, and the dependents a finishing
-/// operation makes ready. Each link of a chain has one of each, and then allocates
-/// nothing for either, where an array would cost a malloc and a free per operation.
+/// An operation's dependencies, as its locked state holds them: what an `OperationList`
+/// holds, in words that cost nothing to destroy (see `Operation.Guarded`). It owns one
+/// reference to each dependency — the first's as a retained word, the others' through
+/// the box it retains — and gives them up only to `take()`, which the deinit of an
+/// operation that had dependencies calls.
+@safe
+struct DependencyList {
+    // safety: `first` and `more` are retained once each, by `append` and `remove`,
+    // and released once each, by `remove` and `take`; no copy of the struct outlives
+    // the lock of the operation that holds it but the one in its locked state.
+    private var first: Unmanaged<Operation>?
+    private var more: Unmanaged<Box>?
+
+    /// The dependencies after the first, in order.
+    final class Box {
+        var operations: [Operation] = []
+    }
+
+    init() {}
+
+    var isEmpty: Bool { unsafe first == nil }
+    var count: Int {
+        guard unsafe first != nil else { return 0 }
+        return unsafe 1 + (more?.takeUnretainedValue().operations.count ?? 0)
+    }
+
+    /// The first dependency.
+    var head: Operation? { unsafe first?.takeUnretainedValue() }
+
+    // The usual list, of one dependency or none, is handled inline, the box out of
+    // line: a function that may allocate or loop saves registers on every call.
+
+    /// Whether `op` is listed (by identity), without retaining any.
+    @inline(__always)
+    func contains(identical op: Operation) -> Bool {
+        // safety: addresses compared, not dereferenced.
+        if unsafe first?.toOpaque() == Unmanaged.passUnretained(op).toOpaque() { return true }
+        guard let more = unsafe more else { return false }
+        return unsafe Self.box(more, contains: op)
+    }
+
+    @inline(never)
+    private static func box(_ box: Unmanaged<Box>, contains op: Operation) -> Bool {
+        unsafe box.takeUnretainedValue().operations.contains(where: { $0 === op })
+    }
+
+    @inline(__always)
+    mutating func append(_ op: Operation) {
+        if unsafe first == nil {
+            // safety: the list's reference, released by `remove` or `take`.
+            unsafe first = unsafe Unmanaged.passRetained(op)
+        } else {
+            appendToBox(op)
+        }
+    }
+
+    @inline(never)
+    private mutating func appendToBox(_ op: Operation) {
+        if let box = unsafe more?.takeUnretainedValue() {
+            box.operations.append(op)
+        } else {
+            let box = Box()
+            box.operations.append(op)
+            // safety: the list's reference to the box, released by `dropBox`.
+            unsafe more = unsafe Unmanaged.passRetained(box)
+        }
+    }
+
+    /// Removes `op` (by identity), keeping the others' order; whether it was there.
+    mutating func remove(_ op: Operation) -> Bool {
+        // safety: addresses compared; the reference released is the list's own, and the
+        // one made for the next dependency, taken from the box, becomes the list's.
+        if unsafe first?.toOpaque() == Unmanaged.passUnretained(op).toOpaque() {
+            unsafe first?.release()
+            unsafe first = nil
+            if let box = unsafe more?.takeUnretainedValue() {
+                // The box holds one at least: it goes once it holds none.
+                unsafe first = unsafe Unmanaged.passRetained(box.operations.removeFirst())
+                if box.operations.isEmpty { dropBox() }
+            }
+            return true
+        }
+        guard let box = unsafe more?.takeUnretainedValue(),
+              let i = box.operations.firstIndex(where: { $0 === op }) else { return false }
+        box.operations.remove(at: i)
+        if box.operations.isEmpty { dropBox() }
+        return true
+    }
+
+    private mutating func dropBox() {
+        unsafe more?.release()
+        unsafe more = nil
+    }
+
+    /// The dependencies, in order, each retained for the caller; the list keeps them.
+    func snapshot() -> OperationList {
+        var list = OperationList()
+        if let head { list.append(head) }
+        if let box = unsafe more?.takeUnretainedValue() { for op in box.operations { list.append(op) } }
+        return list
+    }
+
+    /// Empties the list, handing its references to the caller.
+    mutating func take() -> OperationList {
+        var list = OperationList()
+        if let f = unsafe first { list.append(unsafe f.takeRetainedValue()) }
+        unsafe first = nil
+        if let box = unsafe more?.takeUnretainedValue() {
+            for op in box.operations { list.append(op) }
+            dropBox()
+        }
+        return list
+    }
+}
+
+/// Operations in the order they were appended, retained: the first inline, the rest in
+/// an array. It holds the dependents a finishing operation makes ready, and the
+/// dependencies a `DependencyList` hands out. Each link of a chain has one of each, and
+/// then allocates nothing for either, where an array would cost a malloc and a free per
+/// operation.
 struct OperationList: Sequence {
     /// The first operation; nil only when there is none (`rest` is then nil too).
     private(set) var head: Operation?

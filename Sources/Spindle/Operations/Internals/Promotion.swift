@@ -202,7 +202,7 @@ extension Operation {
             // this load of its flag (seq_cst); the edge's flag, then its load of the floor.
             if op.hadDependencies.load(ordering: .sequentiallyConsistent)
                 && op.queueSync.word.load(ordering: .sequentiallyConsistent) != 0 {
-                for d in op.guarded.locked({ $0.dependencies }) where !d.finishHandled.load(ordering: .acquiring) {
+                for d in op.guarded.locked({ $0.dependencies.snapshot() }) where !d.finishHandled.load(ordering: .acquiring) {
                     work.append((d, false))
                 }
             }
@@ -234,7 +234,7 @@ extension Operation {
             }
             return
         }
-        for d in guarded.locked({ $0.dependencies }) where !d.finishHandled.load(ordering: .acquiring) {
+        for d in guarded.locked({ $0.dependencies.snapshot() }) where !d.finishHandled.load(ordering: .acquiring) {
             if d.sameClassInSameQueue(as: self, queue: queue) { continue }
             d.promote(to: rank)
         }

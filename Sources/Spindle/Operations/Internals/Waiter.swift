@@ -50,7 +50,7 @@ extension Operation {
         unsafe withUnsafeMutablePointer(to: &latch) { l in
             let registered = guarded.locked { g -> Bool in
                 if finishCompleted.load(ordering: .sequentiallyConsistent) { return false }
-                unsafe g.makeExtras().addWaiter(Waiter(latch: l))
+                unsafe extras(in: &g).addWaiter(Waiter(latch: l))
                 return true
             }
             // Blocks this thread, whatever it is; a pool worker is compensated by a spare.
