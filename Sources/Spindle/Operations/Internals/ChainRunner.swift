@@ -194,13 +194,22 @@ enum ChainRunner {
 
 extension OperationQueue {
     /// Where started operations go, read under the lock together with them.
+    ///
+    /// Trivial, so that making one and dropping it costs no reference counting on the
+    /// add's path: the underlying queue is held unretained.
+    @safe
     struct DispatchConfig {
-        let underlying: DispatchQueue?
+        // safety: `underlying` is unretained. The queue's state holds it and cannot let
+        // it go while the config is in use: a config is read under the lock with the
+        // operations it started, each is dispatched while it is unfinished (started,
+        // it finishes only by running), and `underlyingQueue` refuses a change while
+        // any operation is unfinished (the main queue's never changes).
+        let underlying: Unmanaged<DispatchQueue>?
         let qualityOfService: QualityOfService
         /// Borrowed: a copy of the whole state would retain and release every
         /// reference in it.
         init(_ s: borrowing State) {
-            underlying = unsafe s.underlyingQueue
+            unsafe underlying = unsafe s.underlyingQueue.map { unsafe Unmanaged.passUnretained($0) }
             qualityOfService = unsafe s.qualityOfService
         }
     }
@@ -217,8 +226,9 @@ extension OperationQueue {
     }
 
     func dispatch(_ op: Operation, _ config: DispatchConfig) {
-        if let underlying = config.underlying {
-            underlying.async { [self] in
+        if let underlying = unsafe config.underlying {
+            // safety: valid while `op` is unfinished (DispatchConfig).
+            unsafe underlying.takeUnretainedValue().async { [self] in
                 run(op)
                 // safety: the closure holds the operation for as long as it runs.
                 unsafe ChainRunner.runnerDone(Unmanaged.passUnretained(op))
