@@ -164,8 +164,8 @@ extension Operation {
 /// An operation's dependencies, as its locked state holds them: what an `OperationList`
 /// holds, in words that cost nothing to destroy (see `Operation.Guarded`). It owns one
 /// reference to each dependency — the first's as a retained word, the others' through
-/// the box it retains — and gives them up only to `take()`, which the deinit of an
-/// operation that had dependencies calls.
+/// the box it retains — releases one when `remove` takes it out, and hands the rest to
+/// `take()`, which the deinit of an operation that had dependencies calls.
 @safe
 struct DependencyList {
     // safety: `first` and `more` are retained once each, by `append` and `remove`,
