@@ -221,7 +221,9 @@ extension OperationQueue {
         switch ops {
         case .none: break
         case .one(let u): unsafe u.withGuaranteedReference { dispatch($0, config) }
-        case .many(let all): for unsafe u in unsafe all { unsafe u.withGuaranteedReference { dispatch($0, config) } }
+        case .many(let batch):
+            for unsafe u in unsafe batch.takeUnretainedValue().operations { unsafe u.withGuaranteedReference { dispatch($0, config) } }
+            unsafe batch.release()
         }
     }
 

@@ -95,7 +95,7 @@ extension OperationQueue {
         }
         unsafe OperationQueue.release(outcome.released)
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
-        if let barrier = unsafe outcome.barrier { op.addDependencyEdge(barrier) }
+        if let barrier = unsafe outcome.barrier { op.addDependencyEdge(unsafe barrier.takeRetainedValue()) }
         if let config = unsafe outcome.config {
             if unsafe outcome.direct { dispatch(op, config) } else { unsafe dispatch(outcome.start, config) }
         } else if unsafe !outcome.signalled {
@@ -120,8 +120,10 @@ extension OperationQueue {
     @unsafe
     struct RegisterOutcome {
         // safety: carries an unretained operation out of the locked section; the caller
-        // releases it once.
-        var barrier: Operation? = nil
+        // releases it once. `barrier` is retained once, under the lock, and released by
+        // `register`: a word, so that the usual outcome, without one, costs nothing to
+        // destroy.
+        var barrier: Unmanaged<Operation>? = nil
         var start = Startable.none
         var config: DispatchConfig? = nil
         var released: Unmanaged<Operation>? = nil
@@ -164,7 +166,8 @@ extension OperationQueue {
         // pool (direct mode, nothing ahead of it), or onto its ready list.
         var becomesReady = false
         if !isBarrier, let b = unsafe s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) {
-            unsafe out.barrier = b
+            // safety: released by `register`, which makes it a dependency of `op`.
+            unsafe out.barrier = unsafe Unmanaged.passRetained(b)
         } else {
             if !isBarrier, unsafe s.lastBarrier != nil { unsafe s.lastBarrier = nil }
             becomesReady = readyNow && !op.queueSync.readySignalled.load(ordering: .relaxed)

@@ -157,24 +157,33 @@ extension OperationQueue.State {
 /// The operations a scheduling step lets start: almost always none or one, which
 /// need no array (and no allocation) on the per-operation path.
 ///
-/// Unretained, as they came from the ready rings.
+/// Unretained, as they came from the ready rings. Trivial, so that the add's path
+/// destroys no `Startable` it made: several operations sit in a batch that the value
+/// retains and `OperationQueue.dispatch`, which every non-empty one reaches, releases.
 @safe
 enum Startable {
     // safety: each operation has been started (counted as running), and the queue's
     // list does not release a started operation before its runner is done with it
-    // (`QueueSync.runState`), which is after it is dispatched.
+    // (`QueueSync.runState`), which is after it is dispatched. The batch is retained
+    // once, by `append`, and released once, by `dispatch`.
     case none
     case one(Unmanaged<Operation>)
-    case many([Unmanaged<Operation>])
+    case many(Unmanaged<Batch>)
+
+    @safe
+    final class Batch {
+        // safety: unretained, as the enum's cases.
+        var operations: [Unmanaged<Operation>] = unsafe []
+    }
 
     mutating func append(_ u: Unmanaged<Operation>) {
         switch self {
         case .none: unsafe self = .one(u)
-        case .one(let first): unsafe self = .many([first, u])
-        case .many(var all):
-            self = .none
-            unsafe all.append(u)
-            unsafe self = .many(all)
+        case .one(let first):
+            let batch = Batch()
+            unsafe batch.operations = unsafe [first, u]
+            unsafe self = .many(Unmanaged.passRetained(batch))
+        case .many(let batch): unsafe batch.takeUnretainedValue().operations.append(u)
         }
     }
 
