@@ -12,13 +12,6 @@ final class LockedStateTests: XCTestCase {
     /// An object whose release a test can see through a weak reference.
     private final class Tracked: Sendable {}
 
-    private final class Weak: @unchecked Sendable {
-        // @unchecked: set and read on the test's thread.
-        weak var object: AnyObject?
-        init(_ object: AnyObject) { self.object = object }
-        var isFreed: Bool { object == nil }
-    }
-
     private func ids(_ ops: [Operation]) -> [ObjectIdentifier] { ops.map(ObjectIdentifier.init) }
 
     func testTheLockedStateIsTriviallyDestroyed() {
@@ -27,7 +20,7 @@ final class LockedStateTests: XCTestCase {
     }
 
     func testDependenciesKeepTheirOrderThroughRemovalsAndGoWithTheirDependent() {
-        var watched: [Weak] = []
+        var watched: [Weak<Operation>] = []
         do {
             let deps = (0..<4).map { _ in BlockOperation {} }
             let op = BlockOperation {}
@@ -49,14 +42,14 @@ final class LockedStateTests: XCTestCase {
             deps[2].start()
             deps[0].start()
             XCTAssertTrue(op.isReady, "both dependencies left in the list counted it down")
-            watched = deps.map(Weak.init) + [Weak(op)]
+            watched = deps.map { Weak<Operation>($0) } + [Weak<Operation>(op)]
         }
-        for (i, w) in watched.enumerated() { XCTAssertTrue(w.isFreed, "operation \(i) was freed") }
+        for (i, w) in watched.enumerated() { XCTAssertNil(w.value, "operation \(i) was freed") }
     }
 
     /// The table of `op`'s dependents, if it has one, watched weakly.
-    private func dependentsTable(of op: Operation) -> Weak? {
-        op.guarded.locked { g -> Weak? in
+    private func dependentsTable(of op: Operation) -> Weak<Dependents.Table>? {
+        op.guarded.locked { g -> Weak<Dependents.Table>? in
             if case .many(let table) = g.dependents { return Weak(table.takeUnretainedValue()) }
             return nil
         }
@@ -64,7 +57,7 @@ final class LockedStateTests: XCTestCase {
 
     func testAnOperationWithManyDependentsTellsThoseLeftAndIsFreed() {
         let ran = Atomic<Int>(0)
-        var watched: [Weak] = []
+        var watched: [Weak<Operation>] = []
         do {
             let target = BlockOperation {}
             var dependents = (0..<5).map { _ in BlockOperation {} }
@@ -79,37 +72,37 @@ final class LockedStateTests: XCTestCase {
             dependents[1].removeDependency(target)
             dependents[2].removeDependency(target)
             dependents[3].removeDependency(target)
-            XCTAssertTrue(firstTable?.isFreed ?? false, "the emptied table was released")
+            XCTAssertNil(firstTable?.value, "the emptied table was released")
             dependents[2].addDependency(target)
             dependents[3].addDependency(target)
             let secondTable = dependentsTable(of: target)
             XCTAssertNotNil(secondTable)
             target.start()
-            XCTAssertTrue(secondTable?.isFreed ?? false, "the finish released the table")
+            XCTAssertNil(secondTable?.value, "the finish released the table")
             for d in dependents {
                 XCTAssertTrue(d.isReady)
                 d.start()
                 if d.isFinished { ran.add(1, ordering: .relaxed) }
             }
             XCTAssertEqual(ran.load(ordering: .relaxed), 4)
-            watched = dependents.map(Weak.init) + [Weak(target)]
+            watched = dependents.map { Weak<Operation>($0) } + [Weak<Operation>(target)]
         }
-        for (i, w) in watched.enumerated() { XCTAssertTrue(w.isFreed, "operation \(i) was freed") }
+        for (i, w) in watched.enumerated() { XCTAssertNil(w.value, "operation \(i) was freed") }
     }
 
     /// Attaches a tracked object to an operation with `attach`, drops the operation, and
     /// checks that both were freed.
     private func assertReleasedWithItsOperation(_ what: String, file: StaticString = #filePath, line: UInt = #line,
                                                 _ attach: (BlockOperation, Tracked) -> Void) {
-        let tracked: Weak, op: Weak
+        let tracked: Weak<Tracked>, op: Weak<BlockOperation>
         do {
             let t = Tracked(), o = BlockOperation {}
             attach(o, t)
             tracked = Weak(t)
             op = Weak(o)
         }
-        XCTAssertTrue(op.isFreed, "the operation was freed", file: file, line: line)
-        XCTAssertTrue(tracked.isFreed, "\(what) was released with its operation", file: file, line: line)
+        XCTAssertNil(op.value, "the operation was freed", file: file, line: line)
+        XCTAssertNil(tracked.value, "\(what) was released with its operation", file: file, line: line)
     }
 
     func testTheOutOfLineFieldsGoWithTheirOperation() {
