@@ -31,7 +31,8 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
                            add: { $0.addOperation($1) }, wait: { $0.waitUntilAllOperationsAreFinished() })
         },
         SystemRun(name: dispatchName) {
-            try dispatchGroupRun(width == 1 ? DispatchQueue(label: "bench.serial") : .global(), tasks: tasks, name: name)
+            if width == 1 { return try dispatchSerialRun(tasks, name: name) }
+            return try dispatchGroupRun(.global(), tasks: tasks, name: name)
         },
     ]
     var alsoVs = [("spindle", "foundation"), ("spindle-metrics", "spindle")]
@@ -55,6 +56,21 @@ func operationThroughputCase(name: String, tasks: Int, reps: Int, width: Int?) t
             + "behind, as the queue frees its operations: the least that an object per operation costs on this hand-off"
     }
     return r
+}
+
+/// N closures with `async` on a serial DispatchQueue, then `sync {}`, which returns once
+/// every closure before it has run: the cheapest wait for all of them that Dispatch
+/// offers a serial queue (a group would add its own count to every closure).
+private func dispatchSerialRun(_ tasks: Int, name: String) throws -> Double {
+    let queue = DispatchQueue(label: "bench.serial")
+    let c = Countdown(tasks)
+    let work: @Sendable () -> Void = { c.hit() }
+    let t = timed {
+        for _ in 0..<tasks { queue.async(execute: work) }
+        queue.sync {}
+    }.ns
+    guard c.remaining.load(ordering: .acquiring) == 0 else { throw BenchFailure("\(name): dispatch lost work") }
+    return t
 }
 
 /// `pool-submit`'s counters. Globals, so that its blocks capture no object (below).
@@ -216,8 +232,19 @@ private func addAndWait<Q>(_ tasks: Int, name: String, who: String, queue: Q, wi
 /// (so every operation but the last waits when added). Foundation's Linux queue
 /// rescans waiting operations on every pass, and overflows its stack releasing long
 /// chains, so it runs at the largest size it survives.
+///
+/// Beside it, at the same size, the chain's operations (the same blocks) in order on a
+/// serial queue, without their dependencies: added while they run (`spindle-serial`),
+/// and added while the queue is suspended, then resumed (`spindle-serial-built`). A
+/// chain added in reverse cannot start before its last add, so its adding thread and
+/// its worker never run side by side; the built serial queue has that shape without a
+/// single dependency, and is the least such a chain can cost on Spindle's queue. The
+/// same pair on a serial DispatchQueue (`dispatch-serial`, and `dispatch-serial-built`
+/// with `suspend()` and `resume()`) shows what that shape costs a peer.
 func dependencyChainCase(spindleTasks: Int, foundationTasks: Int, reps: Int) throws -> CaseResult {
-    var r = try measure("dependency-chain", tasks: spindleTasks, reps: reps, reference: "foundation", [
+    let serialPairs = [("spindle", "spindle-serial"), ("spindle", "spindle-serial-built"),
+                       ("spindle-serial-built", "spindle-serial"), ("dispatch-serial-built", "dispatch-serial")]
+    var r = try measure("dependency-chain", tasks: spindleTasks, reps: reps, reference: "foundation", alsoVs: serialPairs, [
         SystemRun(name: "spindle", tasks: spindleTasks) {
             try chain(spindleTasks, make: { Spindle.BlockOperation(block: $0) }, queue: Spindle.OperationQueue(),
                       add: { q, ops in for op in ops.reversed() { q.addOperation(op) } },
@@ -230,9 +257,50 @@ func dependencyChainCase(spindleTasks: Int, foundationTasks: Int, reps: Int) thr
                       wait: { $0.waitUntilAllOperationsAreFinished() },
                       depend: { $0.addDependency($1) }, who: "foundation")
         },
+        SystemRun(name: "spindle-serial") { try spindleSerial(spindleTasks, built: false) },
+        SystemRun(name: "spindle-serial-built") { try spindleSerial(spindleTasks, built: true) },
+        SystemRun(name: "dispatch-serial") { try dispatchSerial(spindleTasks, built: false) },
+        SystemRun(name: "dispatch-serial-built") { try dispatchSerial(spindleTasks, built: true) },
     ])
-    r.note = "spindle at \(spindleTasks) operations, foundation at \(foundationTasks): per-operation cost"
+    r.note = "spindle at \(spindleTasks) operations, foundation at \(foundationTasks): per-operation cost; "
+        + "spindle-serial, dispatch-serial: the same number of operations (blocks) in order on a serial queue, "
+        + "no dependencies, added while they run; *-built: added to the suspended queue, which is then resumed, "
+        + "so that none runs before the last is added, as in a chain added in reverse"
     return r
+}
+
+/// N `BlockOperation`s in order on a serial Spindle queue, no dependencies; `built`:
+/// added while the queue is suspended, which is resumed after the last add.
+private func spindleSerial(_ n: Int, built: Bool) throws -> Double {
+    let next = SharedCounter()
+    let queue = Spindle.OperationQueue()
+    queue.maxConcurrentOperationCount = 1
+    let t = timed {
+        if built { queue.isSuspended = true }
+        for i in 0..<n { queue.addOperation(Spindle.BlockOperation { next.expect(i) }) }
+        if built { queue.isSuspended = false }
+        queue.waitUntilAllOperationsAreFinished()
+    }.ns
+    guard next.value == n, next.outOfOrder == 0 else {
+        throw BenchFailure("dependency-chain: spindle-serial\(built ? "-built" : "") ran \(next.value) of \(n), \(next.outOfOrder) out of order")
+    }
+    return t
+}
+
+/// N blocks in order on a serial DispatchQueue; `built`: added while it is suspended.
+private func dispatchSerial(_ n: Int, built: Bool) throws -> Double {
+    let next = SharedCounter()
+    let queue = DispatchQueue(label: "bench.chain-serial")
+    let t = timed {
+        if built { queue.suspend() }
+        for i in 0..<n { queue.async { next.expect(i) } }
+        if built { queue.resume() }
+        queue.sync {}
+    }.ns
+    guard next.value == n, next.outOfOrder == 0 else {
+        throw BenchFailure("dependency-chain: dispatch-serial\(built ? "-built" : "") ran \(next.value) of \(n), \(next.outOfOrder) out of order")
+    }
+    return t
 }
 
 private func chain<Op: AnyObject, Q>(_ n: Int, make: (@escaping @Sendable () -> Void) -> Op, queue: Q,
