@@ -153,7 +153,6 @@ extension Operation {
     /// false for an operation reached through its queue.
     func promote(to rank: UInt8, walkQueue: Bool = true) {
         guard rank > 0, promotedRank.load(ordering: .relaxed) < rank else { return }
-        var raisedSelf = false
         if queueSync.word.load(ordering: .relaxed) == 0 {
             // An operation in no queue, the usual case of a chain built before it is
             // added (each add promotes the next link, P3): its floor is all the walk
@@ -168,10 +167,19 @@ extension Operation {
                 return
             }
             // An add claimed it in between: the walk goes on from it.
-            raisedSelf = true
+            walk(to: rank, walkQueue: walkQueue, selfRaised: true)
+            return
         }
+        walk(to: rank, walkQueue: walkQueue, selfRaised: false)
+    }
+
+    /// P2's walk from this operation, and then its raised runs (P5-P7). Out of line:
+    /// its lists make a large frame, which the usual promotion, an operation in no
+    /// queue, does without.
+    @inline(never)
+    private func walk(to rank: UInt8, walkQueue: Bool, selfRaised: Bool) {
         var raised = RaisedRuns()
-        raiseFloors(to: rank, walkQueue: walkQueue, into: &raised, selfRaised: raisedSelf)
+        raiseFloors(to: rank, walkQueue: walkQueue, into: &raised, selfRaised: selfRaised)
         raised.promoteRuns(to: rank)
     }
 
