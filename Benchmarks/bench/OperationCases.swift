@@ -243,7 +243,8 @@ private func addAndWait<Q>(_ tasks: Int, name: String, who: String, queue: Q, wi
 /// with `suspend()` and `resume()`) shows what that shape costs a peer.
 func dependencyChainCase(spindleTasks: Int, foundationTasks: Int, reps: Int) throws -> CaseResult {
     let serialPairs = [("spindle", "spindle-serial"), ("spindle", "spindle-serial-built"),
-                       ("spindle-serial-built", "spindle-serial"), ("dispatch-serial-built", "dispatch-serial")]
+                       ("spindle-serial-built", "spindle-serial"), ("dispatch-serial-built", "dispatch-serial"),
+                       ("spindle-serial", "dispatch-serial"), ("spindle-serial-built", "dispatch-serial-built")]
     var r = try measure("dependency-chain", tasks: spindleTasks, reps: reps, reference: "foundation", alsoVs: serialPairs, [
         SystemRun(name: "spindle", tasks: spindleTasks) {
             try chain(spindleTasks, make: { Spindle.BlockOperation(block: $0) }, queue: Spindle.OperationQueue(),
@@ -263,8 +264,8 @@ func dependencyChainCase(spindleTasks: Int, foundationTasks: Int, reps: Int) thr
         SystemRun(name: "dispatch-serial-built") { try dispatchSerial(spindleTasks, built: true) },
     ])
     r.note = "spindle at \(spindleTasks) operations, foundation at \(foundationTasks): per-operation cost; "
-        + "spindle-serial, dispatch-serial: the same number of operations (blocks) in order on a serial queue, "
-        + "no dependencies, added while they run; *-built: added to the suspended queue, which is then resumed, "
+        + "spindle-serial, dispatch-serial: the chain's blocks, as many, in order on a serial queue without dependencies, "
+        + "added while they run; *-built: added to the suspended queue, which is then resumed, "
         + "so that none runs before the last is added, as in a chain added in reverse"
     return r
 }
