@@ -52,13 +52,54 @@ struct Verdict {
         if rssDriftMB > rssLimitMB {
             problems.append(String(format: "resident memory rose %.1f MB over the run (limit %.1f MB)", rssDriftMB, rssLimitMB))
         }
-        // Spares come and go; their cap bounds the count, so the last third may not
-        // reach past what the first third already reached, with a little room.
-        if threadsLast > threadsFirst + 4 {
-            problems.append("threads grew: at most \(threadsFirst) early, \(threadsLast) late")
-        }
         if fdsMax > fdsMin + 2 { problems.append("open descriptors grew: \(fdsMin) to \(fdsMax)") }
     }
+}
+
+/// Spindle's threads in this process now: those whose name Spindle gave them
+/// (`spindle-…`: workers, spares, the monitor, the spawner).
+func spindleThreads() -> Int {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    return tasks.filter { tid in
+        // A thread may exit between the listing and the read: then it is not counted.
+        let name = (try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8)) ?? ""
+        return name.hasPrefix("spindle-")
+    }.count
+}
+
+/// Spindle's threads once the process has no work: polls until the count has not
+/// changed for `quiet` seconds (a spare exits two seconds after its last work), or
+/// `within` seconds have passed.
+///
+/// While rounds run, the count moves with what they hold at the moment — each
+/// driver's pool made and shut down within its round, spares — so two samples of a
+/// process that leaks nothing can differ by several threads. With no work, what is
+/// left is what stays: the pools' workers, the monitor and the spawner. A count taken
+/// before a last spare has gone is only higher, which makes a later comparison with it
+/// more lenient, never wrong.
+func spindleThreadsOnceSettled(quiet: Double = 3, within: Double = 30) -> Int {
+    let deadline = Date().addingTimeInterval(within)
+    var count = spindleThreads(), since = Date()
+    while Date() < deadline && Date().timeIntervalSince(since) < quiet {
+        Thread.sleep(forTimeInterval: 0.1)
+        let now = spindleThreads()
+        if now != count { count = now; since = Date() }
+    }
+    return count
+}
+
+/// Spindle's threads once the work has stopped: polls until at most `limit` remain,
+/// or `within` seconds have passed, and returns the last count. A leaked thread stays;
+/// the deadline is many times a spare's idle time, so a busy machine only makes the
+/// wait longer.
+func spindleThreadsOnceIdle(atMost limit: Int, within: Double = 60) -> Int {
+    let deadline = Date().addingTimeInterval(within)
+    var count = spindleThreads()
+    while count > limit && Date() < deadline {
+        Thread.sleep(forTimeInterval: 0.1)
+        count = spindleThreads()
+    }
+    return count
 }
 
 /// The samples as an SVG: resident memory, threads and descriptors over the run, one

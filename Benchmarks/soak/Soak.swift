@@ -4,8 +4,11 @@ import Spindle
 import Synchronization
 
 /// A long run of everything Spindle does at once (Workload.swift), sampled once a
-/// second. It passes when nothing was lost or run twice and, after the warm-up, the
-/// process's memory, threads and descriptors stay flat (Sampler.swift, Verdict).
+/// second. It passes when nothing was lost or run twice, the process's memory and
+/// descriptors stay flat after the warm-up (Sampler.swift, Verdict), and Spindle's
+/// threads, counted with no work at the end of the warm-up and again once the run has
+/// ended, are no more at the end: the drivers pause after the warm-up while the first
+/// count is taken.
 @main
 struct Soak: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -35,12 +38,22 @@ struct Soak: ParsableCommand {
         }
         sampler.start()
         let drivers = self.drivers, seed = self.seed
+        let warmEnd = start.addingTimeInterval(warmUp)
         let group = DispatchGroup()
+        // The pause after the warm-up: every driver arrives, then waits to be let go.
+        let paused = DispatchGroup(), resume = DispatchSemaphore(value: 0)
         for d in 0..<drivers {
             group.enter()
+            paused.enter()
             Thread {
                 var k = 0
+                var pausedYet = false
                 while Date() < end {
+                    if !pausedYet && Date() >= warmEnd {
+                        pausedYet = true
+                        paused.leave()
+                        resume.wait()
+                    }
                     let roundSeed = seed &+ UInt64(d) &* 1_000_003 &+ UInt64(k)
                     var workload = Workload(seed: roundSeed)
                     let round = Round(items: 4096)
@@ -59,9 +72,13 @@ struct Soak: ParsableCommand {
                     rounds.add(1, ordering: .relaxed)
                     k += 1
                 }
+                if !pausedYet { paused.leave() }
                 group.leave()
             }.start()
         }
+        paused.wait()
+        let threadsAfterWarmUp = spindleThreadsOnceSettled()
+        for _ in 0..<drivers { resume.signal() }
         group.wait()
         running.store(false, ordering: .relaxed)
         Thread.sleep(forTimeInterval: 1.1)
@@ -78,8 +95,12 @@ struct Soak: ParsableCommand {
         if measured.count >= 3 {
             let v = Verdict(measured, rssLimitMB: rssLimit)
             problems += v.problems
-            summary += String(format: "; after a %.0f s warm-up: resident memory %.1f MB, drift %+.2f MB; threads at most %d early, %d late; descriptors %d-%d",
-                              warmUp, v.rssMeanMB, v.rssDriftMB, v.threadsFirst, v.threadsLast, v.fdsMin, v.fdsMax)
+            let threadsAtEnd = spindleThreadsOnceIdle(atMost: threadsAfterWarmUp)
+            if threadsAtEnd > threadsAfterWarmUp {
+                problems.append("Spindle's threads stayed: \(threadsAtEnd) with no work after the run, \(threadsAfterWarmUp) after the warm-up")
+            }
+            summary += String(format: "; after a %.0f s warm-up: resident memory %.1f MB, drift %+.2f MB; threads at most %d early, %d late; Spindle's with no work %d after the warm-up, %d at the end; descriptors %d-%d",
+                              warmUp, v.rssMeanMB, v.rssDriftMB, v.threadsFirst, v.threadsLast, threadsAfterWarmUp, threadsAtEnd, v.fdsMin, v.fdsMax)
             if let plot {
                 let title = String(format: "Spindle soak: %.1f min, %d items, RSS drift %+.2f MB", minutes,
                                    items.load(ordering: .relaxed), v.rssDriftMB)
