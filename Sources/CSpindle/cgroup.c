@@ -34,8 +34,9 @@
  * CG5. SPINDLE_WORKERS=N, for operators, replaces the limit's count for every pool that
  *      does not set its own; an explicit count in a pool's configuration wins over both.
  * CG6. The limit can change while the process runs (a resized container). The monitor
- *      (spare.c) re-reads it at most once a second while any pool is busy, and the
- *      process-wide pools follow it (pool.c, spindle_pool_set_active_workers).
+ *      (spare.c) re-reads it at most once a second while any pool is busy and as the
+ *      pools go idle, never as work arrives, and the process-wide pools follow it
+ *      (pool.c, spindle_pool_set_active_workers).
  *
  * All paths are under a configurable root (SPINDLE_CGROUP_ROOT, default none), so that
  * tests read fixture trees as the topology readers do.

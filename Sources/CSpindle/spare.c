@@ -396,6 +396,8 @@ static void *monitor_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "spindle-monitor");
     uint64_t last = spindle_now_ns();
+    /* The first look after a nap: work has just arrived (MI1). */
+    bool woke = false;
     for (;;) {
         uint64_t now = spindle_now_ns();
         bool active = false, suspect = false;
@@ -404,9 +406,16 @@ static void *monitor_main(void *arg) {
             active |= watch_pool(p, now - last, &suspect);
         pthread_mutex_unlock(&mon_lock);
         last = now;
-        /* A container's CPU limit, re-read at most once a second while a pool is busy
-         * (cgroup.c, CG6): outside mon_lock, which the pools' registry never takes. */
-        if (active && spindle_cpu_limit_refresh(CPU_LIMIT_INTERVAL_NS)) spindle_pools_follow_cpu_limit();
+        /* A container's CPU limit, re-read at most once a second (cgroup.c, CG6), outside
+         * mon_lock, which the pools' registry never takes: while the pools are busy, and
+         * as they go idle. Not on the look that follows a nap: that look comes as a
+         * burst of work starts, usually on the CPU of the worker that woke the monitor,
+         * and reading the limit is a dozen system calls on files (tens to hundreds of
+         * microseconds) that the burst's first worker would wait for. Going idle, the
+         * read costs the work nothing, and the next burst starts with the limit read. */
+        if ((!active || !woke) && spindle_cpu_limit_refresh(CPU_LIMIT_INTERVAL_NS))
+            spindle_pools_follow_cpu_limit();
+        woke = false;
         if (!active) {
             /* Everyone is parked or retired: sleep until a worker runs again (MI1).
              * Announce first, then look again (seq_cst, all three): a worker woken or
@@ -427,6 +436,7 @@ static void *monitor_main(void *arg) {
             }
             atomic_store_explicit(&mon_idle, 0, memory_order_relaxed);
             last = spindle_now_ns();
+            woke = !again;
             continue;
         }
         uint64_t tick = suspect ? MONITOR_TICK_SUSPECT_NS : MONITOR_TICK_NS;
