@@ -437,6 +437,12 @@ static inline void spindle_seam_count_monitor_nap(void) {
 static inline void spindle_seam_count_monitor_wake(void) {
     atomic_fetch_add_explicit(&spindle_test_monitor_wakes, 1, memory_order_relaxed);
 }
+/* How often an outside waiter's spin ended because its pool had every worker awake
+ * (join.c, L3). Relaxed: a count a test polls. */
+extern _Atomic uint32_t spindle_test_spin_cuts;
+static inline void spindle_seam_count_spin_cut(void) {
+    atomic_fetch_add_explicit(&spindle_test_spin_cuts, 1, memory_order_relaxed);
+}
 /* Relaxed, both: a test sets the kinds before the thread creations it concerns, and
  * reads the count of refusals after them. A closed gate holds each refusal, counted,
  * until the test opens it (spindle_seam_wait_at_refusal_gate). */
@@ -462,6 +468,7 @@ static inline bool spindle_seam_thread_refused(uint32_t kind) {
 static inline void spindle_seam_hold(spindle_pool *pool) { (void)pool; }
 static inline void spindle_seam_count_monitor_nap(void) {}
 static inline void spindle_seam_count_monitor_wake(void) {}
+static inline void spindle_seam_count_spin_cut(void) {}
 static inline size_t spindle_seam_join_floor(void) { return 0; }
 static inline uint64_t spindle_seam_latch_wake_delay(void) { return 0; }
 static inline void spindle_test_record_join_wait(size_t used) { (void)used; }

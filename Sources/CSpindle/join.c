@@ -22,6 +22,11 @@
  *     futex waiter re-checks its word after waking (glibc's mutex unlock and Rust's
  *     Futex-based Once make the same trade).
  *
+ * A thread outside the pool spins briefly on the latch before it sleeps, but not while
+ * every worker of the pool it waits on is awake (L3, latch_wait_external): the spin
+ * would then take CPU time from the pool's work, usually from the very worker running
+ * the awaited half. L3 only shortens a spin; what the waiter does after it is L1.
+ *
  * Model: Tests/Models/join_wait.pml checks L1 and L2 for a worker that waits, against the
  * setter and wakes from elsewhere: no lost wake-up, and the idle accounting true
  * whether the setter finds the waiter in its wait or already parked in its main loop.
@@ -52,7 +57,7 @@
 
 enum { FRAME_INLINE = 0, FRAME_LOCAL = 1, FRAME_REMOTE = 2 };
 
-static void latch_wait_sleeping(_Atomic uint32_t *latch);
+static void latch_wait_sleeping(_Atomic uint32_t *latch, spindle_pool *pool);
 
 static inline _Atomic uint32_t *frame_latch(spindle_join_frame *f) {
     return (_Atomic uint32_t *)(void *)&f->spindle_state;
@@ -83,20 +88,45 @@ static void latch_set(_Atomic uint32_t *latch, spindle_worker *waiter) {
 /* An outside thread waits: spin briefly (the other half is often nearly done), then
  * sleep on the latch word itself. A worker of another pool (a cross-pool wait) does the
  * same inside spindle_blocking_begin/end, so that its own pool runs a spare meanwhile
- * and cannot deadlock on work queued behind it (spare.c). */
-static void latch_wait_external(_Atomic uint32_t *latch) {
+ * and cannot deadlock on work queued behind it (spare.c). `pool`: the pool the awaited
+ * work went to, when the waiter knows it (NULL for a stand-alone latch).
+ *
+ * The spin stops early once every worker of `pool` is awake (L3): the pool then has
+ * the CPUs it was sized for busy with its work, one of them the awaited work itself,
+ * and a spinning waiter could only take time from one of them. It happens with every
+ * `run` from outside: the kernel usually wakes the worker on its waker's CPU, where it
+ * preempts the waiter at once, and the waiter gets that CPU back for its spin while
+ * the worker runs the work and the work's forks have woken the others. A waiter whose
+ * pool has a worker parked spins its full time, and so does one that cannot tell (a
+ * stand-alone latch).
+ * Rejected: a spin that yields the CPU every few iterations. It hands the CPU back to
+ * a worker that shares it, but also to any other thread there, which then keeps it
+ * for its slice while the awaited work may be done: a wait on a busy machine could
+ * last that much longer. */
+static void latch_wait_external(_Atomic uint32_t *latch, spindle_pool *pool) {
     if (spindle_tls_worker) {
         /* Acquire pairs with latch_set's release. */
         if (atomic_load_explicit(latch, memory_order_acquire) == SPINDLE_LATCH_SET) return;
         spindle_blocking_begin();
-        latch_wait_sleeping(latch);
+        latch_wait_sleeping(latch, pool);
         spindle_blocking_end();
         return;
     }
-    latch_wait_sleeping(latch);
+    latch_wait_sleeping(latch, pool);
 }
 
-static void latch_wait_sleeping(_Atomic uint32_t *latch) {
+/* L3: whether every worker `pool` may run (its active limit, CG6) is awake — running
+ * or searching, not parked; blocked workers are counted out, and retired ones are
+ * counted awake but run nothing (worker.c, W6). Relaxed loads: a hint that ends a
+ * spin early, which a stale value only makes a little longer or shorter. */
+static bool pool_all_awake(spindle_pool *pool) {
+    uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_relaxed);
+    uint32_t retired = atomic_load_explicit(&pool->retired, memory_order_relaxed);
+    uint32_t active = atomic_load_explicit(&pool->active_limit, memory_order_relaxed);
+    return SPINDLE_UNPARKED(s) >= active + retired;
+}
+
+static void latch_wait_sleeping(_Atomic uint32_t *latch, spindle_pool *pool) {
     uint64_t deadline = 0;
     for (uint32_t i = 0;; i++) {
         /* Acquire pairs with latch_set's release. */
@@ -107,6 +137,10 @@ static void latch_wait_sleeping(_Atomic uint32_t *latch) {
                 deadline = now + SPINDLE_DEFAULT_SPIN_NS;
             else if (now > deadline)
                 break;
+            if (pool && pool_all_awake(pool)) {
+                spindle_seam_count_spin_cut();
+                break;
+            }
         }
         spindle_cpu_relax();
     }
@@ -176,14 +210,14 @@ __attribute__((noinline)) static bool join_local_slow(spindle_worker *w, spindle
 
 /* A join of a frame that was not pushed on a worker's deque: one the caller runs
  * inline (FRAME_INLINE), or one on the injector (FRAME_REMOTE). */
-__attribute__((noinline)) static bool join_elsewhere(spindle_join_frame *f) {
+__attribute__((noinline)) static bool join_elsewhere(spindle_pool *pool, spindle_join_frame *f) {
     if (f->spindle_flags == FRAME_INLINE) return true;
-    latch_wait_external(frame_latch(f));
+    latch_wait_external(frame_latch(f), pool);
     return false;
 }
 
-static inline bool join_frame(spindle_join_frame *f) {
-    if (__builtin_expect(f->spindle_flags != FRAME_LOCAL, 0)) return join_elsewhere(f);
+static inline bool join_frame(spindle_pool *pool, spindle_join_frame *f) {
+    if (__builtin_expect(f->spindle_flags != FRAME_LOCAL, 0)) return join_elsewhere(pool, f);
     spindle_worker *w = f->spindle_waiter;
     spindle_task *t = spindle_deque_pop(&w->deque);
     if (__builtin_expect(t == &f->task, 1)) return true;
@@ -191,8 +225,7 @@ static inline bool join_frame(spindle_join_frame *f) {
 }
 
 bool spindle_join(spindle_pool *pool, spindle_join_frame *f) {
-    (void)pool;
-    return join_frame(f);
+    return join_frame(pool, f);
 }
 
 #ifdef SPINDLE_HAS_SWIFTCALL
@@ -227,9 +260,8 @@ __attribute__((swiftcall)) bool spindle_swift_join(spindle_pool *pool, spindle_j
                     "spindle_swift_join: the offered closure is not the one spindle_swift_fork published");
         abort();
     }
-    (void)pool;
     /* True: the caller runs the closure itself, where the compiler can inline it. */
-    return join_frame(f);
+    return join_frame(pool, f);
 }
 #endif
 
@@ -340,7 +372,7 @@ int spindle_parallel_for(spindle_pool *pool, size_t n, size_t grain,
         }
         spindle_worker_wait_latch(w, &j->latch);
     } else {
-        latch_wait_external(&j->latch);
+        latch_wait_external(&j->latch, pool);
     }
     pf_release(j);
     return 0;
@@ -386,7 +418,7 @@ void spindle_latch_wait_blocking(spindle_latch *l) {
     if (w && w == spindle_tls_worker)
         spindle_worker_block_on_latch(w, latch_word(l));
     else
-        latch_wait_external(latch_word(l));
+        latch_wait_external(latch_word(l), NULL);
 }
 
 void spindle_latch_wait(spindle_latch *l) {
@@ -394,5 +426,5 @@ void spindle_latch_wait(spindle_latch *l) {
     if (w && w == spindle_tls_worker)
         spindle_worker_wait_latch(w, latch_word(l));
     else
-        latch_wait_external(latch_word(l));
+        latch_wait_external(latch_word(l), NULL);
 }

@@ -57,6 +57,9 @@ void spindle_seam_wait_at_refusal_gate(void) {
 _Atomic uint32_t spindle_test_monitor_naps;
 _Atomic uint32_t spindle_test_monitor_wakes;
 
+/* How often an outside waiter cut its spin short (join.c, L3). */
+_Atomic uint32_t spindle_test_spin_cuts;
+
 /* A held pool (spindle_test_hold_pool) stands for a pool whose workers are all busy,
  * without needing them to run: a worker that takes a task waits before running it
  * until the hold is lifted. The tests of promotion use it for the background class,

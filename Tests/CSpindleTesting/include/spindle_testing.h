@@ -103,6 +103,14 @@ int spindle_test_monitor_baseline_in_forked_child(uint32_t timeout_ms);
  *  -errno. */
 int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_ms);
 
+/** Both workers of a new two-worker pool run tasks that stay awake until told, and the
+ *  calling thread, outside the pool, forks and joins a frame, which waits in the
+ *  injector behind them. With every worker awake, the join's wait must end its spin at
+ *  once and sleep (join.c, L3); a helper thread lets the tasks return once the wait has
+ *  said so, or after 60 s. Returns 0 when the wait said so, 54 when it spun on, another
+ *  code naming the step that failed (see testing.c). */
+int spindle_test_outside_join_sleeps_when_pool_awake(void);
+
 /** Looks libnuma up again under `soname` (NULL: the real name, libnuma.so.1), as if the
  *  process had started with that library; returns whether NUMA is then usable. Lets a
  *  test see how Spindle behaves on a machine without libnuma. */

@@ -125,6 +125,18 @@ final class ForkJoinTests: XCTestCase {
         try pool.shutdown()
     }
 
+    /// A thread outside the pool waiting for work it handed to the pool (`run`, a join)
+    /// spins briefly before it sleeps, but not while every worker of the pool is awake
+    /// (join.c, L3): the pool then has its CPUs busy, and the spin would take time from
+    /// one of them, often from the very worker running the awaited work.
+    func testAnOutsideWaitDoesNotSpinWhileEveryWorkerIsAwake() {
+        let status = spindle_test_outside_join_sleeps_when_pool_awake()
+        XCTAssertEqual(status, 0, [50: "the pool was not created", 51: "the tasks were not submitted",
+                                   52: "the two workers did not each run a task", 53: "no helper thread",
+                                   54: "the wait spun on with every worker awake", 55: "the pool did not shut down"][status]
+                           ?? "status \(status)")
+    }
+
     func testJoinWaitsForTheOtherHalfWhenTheFirstThrows() throws {
         struct Boom: Error {}
         let pool = try ThreadPool(workers: 2)
