@@ -28,7 +28,8 @@ extension ThreadPool {
     /// Pools that set no ``Configuration/workers`` of their own have at most
     /// ``CPULimit/workers`` workers taking work. The process-wide pools (``shared`` and
     /// those of ``forQualityOfService(_:)``) follow the limit while the process runs:
-    /// it is read again at most once a second while they are busy, and their
+    /// it is read again at most once a second while they are busy and as they go idle
+    /// (never just as work arrives, which would wait for the read), and their
     /// ``activeWorkerCount`` grows or shrinks with it. `SPINDLE_WORKERS=N` in the
     /// environment replaces the limit's count for all of them.
     public static var cpuLimit: CPULimit? {
