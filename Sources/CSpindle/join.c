@@ -98,7 +98,8 @@ static void latch_set(_Atomic uint32_t *latch, spindle_worker *waiter) {
  * preempts the waiter at once, and the waiter gets that CPU back for its spin while
  * the worker runs the work and the work's forks have woken the others. A waiter whose
  * pool has a worker parked spins its full time, and so does one that cannot tell (a
- * stand-alone latch).
+ * stand-alone latch). Go's scheduler has a like rule for its threads (proc.go): one
+ * spins for work only on a processor that has nothing else to run.
  * Rejected: a spin that yields the CPU every few iterations. It hands the CPU back to
  * a worker that shares it, but also to any other thread there, which then keeps it
  * for its slice while the awaited work may be done: a wait on a busy machine could
