@@ -93,10 +93,10 @@ static void latch_set(_Atomic uint32_t *latch, spindle_worker *waiter) {
  *
  * The spin stops early once every worker of `pool` is awake (L3): the pool then has
  * the CPUs it was sized for busy with its work, one of them the awaited work itself,
- * and a spinning waiter could only take time from one of them. It happens with every
- * `run` from outside: the kernel usually wakes the worker on its waker's CPU, where it
- * preempts the waiter at once, and the waiter gets that CPU back for its spin while
- * the worker runs the work and the work's forks have woken the others. A waiter whose
+ * and a spinning waiter could only take time from one of them. That is the usual
+ * course of a `run` from outside whose work forks: the kernel wakes the worker on its
+ * waker's CPU, where it preempts the waiter at once, and the waiter gets that CPU back
+ * for its spin while the worker runs the work and its forks have woken the others. A waiter whose
  * pool has a worker parked spins its full time, and so does one that cannot tell (a
  * stand-alone latch). Go's scheduler has a like rule for its threads (proc.go): one
  * spins for work only on a processor that has nothing else to run.
