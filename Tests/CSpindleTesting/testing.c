@@ -445,34 +445,22 @@ int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_m
     _exit(0);
 }
 
-/* spindle_test_outside_join_sleeps_when_pool_awake_in_forked_child: tasks that stay
- * awake (runnable, yielding) until told, and the helper that tells them once the
- * outside join's wait has cut its spin (or after 60 s, so that a wait that spins on
- * still returns, and the test reports it). */
-static _Atomic int awake_tasks, awake_may_return;
-
-static void stay_awake_until_told(void *ctx, spindle_run_reason reason) {
-    (void)ctx;
-    (void)reason;
-    atomic_fetch_add_explicit(&awake_tasks, 1, memory_order_relaxed);
-    uint64_t deadline = spindle_now_ns() + 60000000000ull;
-    while (!atomic_load_explicit(&awake_may_return, memory_order_relaxed) && spindle_now_ns() < deadline)
-        sched_yield();
-}
-
+/* spindle_test_outside_join_sleeps_when_pool_awake: the helper that lets the tasks
+ * (yield_until_told, above) return once the outside join's wait has cut its spin, or
+ * after 60 s, so that a wait that spins on still returns and the test reports it. */
 static void *release_after_spin_cut(void *arg) {
     uint32_t before = (uint32_t)(uintptr_t)arg;
     for (int i = 0; i < 60000 && atomic_load_explicit(&spindle_test_spin_cuts, memory_order_relaxed) == before; i++)
         nanosleep(&(struct timespec){0, 1000000}, NULL);
-    atomic_store_explicit(&awake_may_return, 1, memory_order_relaxed);
+    atomic_store_explicit(&both_may_return, 1, memory_order_relaxed);
     return NULL;
 }
 
 static void offered_nothing(void *ctx) { (void)ctx; }
 
 int spindle_test_outside_join_sleeps_when_pool_awake(void) {
-    atomic_store_explicit(&awake_tasks, 0, memory_order_relaxed);
-    atomic_store_explicit(&awake_may_return, 0, memory_order_relaxed);
+    atomic_store_explicit(&both_running, 0, memory_order_relaxed);
+    atomic_store_explicit(&both_may_return, 0, memory_order_relaxed);
     spindle_config cfg;
     spindle_config_init(&cfg);
     cfg.workers = 2;
@@ -480,9 +468,9 @@ int spindle_test_outside_join_sleeps_when_pool_awake(void) {
     spindle_pool *pool;
     if (spindle_pool_create(&cfg, &pool) != 0) return 50;
     int submitted = 0;
-    while (submitted < 2 && spindle_submit(pool, stay_awake_until_told, NULL) == 0) submitted++;
+    while (submitted < 2 && spindle_submit(pool, yield_until_told, NULL) == 0) submitted++;
     int status = submitted == 2 ? 0 : 51;
-    for (int i = 0; status == 0 && atomic_load_explicit(&awake_tasks, memory_order_relaxed) < 2; i++) {
+    for (int i = 0; status == 0 && atomic_load_explicit(&both_running, memory_order_relaxed) < 2; i++) {
         if (i == 60000) status = 52;
         nanosleep(&(struct timespec){0, 1000000}, NULL);
     }
@@ -498,7 +486,7 @@ int spindle_test_outside_join_sleeps_when_pool_awake(void) {
         pthread_join(helper, NULL);
         if (atomic_load_explicit(&spindle_test_spin_cuts, memory_order_relaxed) == before) status = 54;
     }
-    atomic_store_explicit(&awake_may_return, 1, memory_order_relaxed);
+    atomic_store_explicit(&both_may_return, 1, memory_order_relaxed);
     if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0 && status == 0) status = 55;
     return status;
 }
