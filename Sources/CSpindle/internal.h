@@ -381,7 +381,7 @@ struct spindle_pool {
 };
 
 /* ---- worker.c ---------------------------------------------------------------------- */
-extern _Thread_local spindle_worker *spindle_tls_worker;
+extern _Thread_local spindle_worker *spindle_tls_worker SPINDLE_TLS_INITIAL_EXEC;
 void *spindle_worker_main(void *arg);
 /* Runs pool work on worker `w` until `*latch` is SET (latch may not be NULL here). */
 void spindle_worker_wait_latch(spindle_worker *w, _Atomic uint32_t *latch);

@@ -141,10 +141,10 @@ struct node_heap {
     node_heap *next_abandoned;
 };
 
-static _Thread_local node_heap *tls_heap;
+static _Thread_local node_heap *tls_heap SPINDLE_TLS_INITIAL_EXEC;
 /* Set once this thread's heap has been abandoned (its key's destructor ran): from then
  * on the thread allocates plain blocks and frees without batching. */
-static _Thread_local bool tls_exited;
+static _Thread_local bool tls_exited SPINDLE_TLS_INITIAL_EXEC;
 
 static pthread_once_t heap_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;

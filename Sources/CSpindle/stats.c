@@ -14,8 +14,8 @@
 
 #include <time.h>
 
-_Thread_local uint32_t spindle_tls_sample_count;
-_Thread_local void *spindle_tls_facade_state;
+_Thread_local uint32_t spindle_tls_sample_count SPINDLE_TLS_INITIAL_EXEC;
+_Thread_local void *spindle_tls_facade_state SPINDLE_TLS_INITIAL_EXEC;
 
 static uint64_t thread_cpu_ns(pthread_t thread) {
     clockid_t clock;

@@ -78,7 +78,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-_Thread_local spindle_worker *spindle_tls_worker;
+_Thread_local spindle_worker *spindle_tls_worker SPINDLE_TLS_INITIAL_EXEC;
 
 static inline uint64_t xorshift(uint64_t *s) {
     uint64_t x = *s;

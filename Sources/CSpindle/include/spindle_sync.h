@@ -14,6 +14,21 @@
 extern "C" {
 #endif
 
+/** The thread-local words of the hot paths (here, and the engine's own) use the
+ *  initial-exec model. Built as position-independent code, as packages are, a
+ *  thread-local variable defaults to the general-dynamic model, whose every access is
+ *  a call to `__tls_get_addr`: the linker turns the call into a load when it links the
+ *  program, but the registers the compiler saved around it stay, in every function
+ *  that reads one (a fork, a submit, an operation's add). Initial-exec is one load from
+ *  the thread's block. A library loaded with `dlopen` after the program starts takes
+ *  these few bytes from the reserve of static thread-local storage that glibc keeps
+ *  for such libraries. */
+#if defined(__GNUC__) || defined(__clang__)
+#define SPINDLE_TLS_INITIAL_EXEC __attribute__((tls_model("initial-exec")))
+#else
+#define SPINDLE_TLS_INITIAL_EXEC
+#endif
+
 /*
  * Mutex
  * -----
@@ -107,7 +122,7 @@ void spindle_tsan_ignore_accesses_begin(void);
 void spindle_tsan_ignore_accesses_end(void);
 
 /** The calling thread's count of sampling points passed (spindle_sample_due). */
-extern _Thread_local uint32_t spindle_tls_sample_count;
+extern _Thread_local uint32_t spindle_tls_sample_count SPINDLE_TLS_INITIAL_EXEC;
 
 /** True at one call in `period` (a power of two) on the calling thread: for sampling a
  *  hot path — the façade times one submission in 256 while a pool's metrics are
@@ -121,7 +136,7 @@ static inline bool spindle_sample_due(uint32_t period) {
  *  slot is one load where a pthread key's lookup is a call and a bounds check. The
  *  façade keeps a pthread key as well, only for its destructor, which frees the state
  *  when the thread exits. */
-extern _Thread_local void *spindle_tls_facade_state;
+extern _Thread_local void *spindle_tls_facade_state SPINDLE_TLS_INITIAL_EXEC;
 
 static inline __attribute__((always_inline)) void *spindle_facade_state(void) {
     return spindle_tls_facade_state;
