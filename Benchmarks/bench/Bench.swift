@@ -33,7 +33,7 @@ struct Bench: ParsableCommand {
     @Option(help: "topology: pinning mode: node, core or none.")
     var pinning: String = "node"
 
-    @Flag(help: "Small sizes and few repetitions: the whole suite in under a minute.")
+    @Flag(help: "Small sizes and few repetitions: the whole suite in one to two minutes.")
     var quick = false
 
     @Option(help: "Comma-separated cases to run (default: all). Known: \(Bench.allCases.joined(separator: ", ")).")
@@ -41,6 +41,9 @@ struct Bench: ParsableCommand {
 
     @Option(help: "Comma-separated systems to run within each case (default: all; the reference is always run, since ratios need it).")
     var systems: String?
+
+    @Flag(help: "Run only the systems named with --systems, without their case's reference, and take no ratios against it: for counting one system's page faults, system calls or context switches by itself (perf stat, strace -c). The QoS, priority-inversion and quota cases still run their floors.")
+    var alone = false
 
     @Option(help: "Tasks per repetition (overrides each case's default).")
     var tasks: Int?
@@ -74,6 +77,7 @@ struct Bench: ParsableCommand {
         if let objectBytes, objectBytes < 32 || objectBytes > 1 << 20 {
             throw ValidationError("--object-bytes must be from 32 to 1048576, got \(objectBytes)")
         }
+        if alone && systems == nil { throw ValidationError("--alone needs --systems: the systems to run by themselves") }
         if let t = tasks, t < 1 { throw ValidationError("--tasks must be at least 1") }
         if let r = reps, r < 1 { throw ValidationError("--reps must be at least 1") }
         if let w = workers, w < 1 { throw ValidationError("--workers must be at least 1") }
@@ -91,6 +95,7 @@ struct Bench: ParsableCommand {
         if let systems {
             systemFilter = Set(systems.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         }
+        if alone { runReference = false }
         poolSubmitObjectBytes = objectBytes
         if mode == "quota-child" { return try quotaChild(seconds: seconds ?? 2) }
         if mode == "topology" {

@@ -119,12 +119,17 @@ func settle() {
 /// B A, ...), so that drift of a shared, noisy machine hits every system alike; ratios
 /// are taken per repetition against `reference` and their median reported.
 /// `alsoVs`: further ratios, each of one system against another.
-/// Systems selected with --systems (nil: all). The reference always runs.
+/// Systems selected with --systems (nil: all). The reference runs too, unless --alone
+/// says not to (`runReference`); then no ratio is taken against it.
 nonisolated(unsafe) var systemFilter: Set<String>?
+/// Whether `measure` runs each case's reference beside the selected systems.
+nonisolated(unsafe) var runReference = true
 
 func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [(String, String)] = [],
              _ allSystems: [SystemRun]) throws -> CaseResult {
-    let systems = allSystems.filter { systemFilter == nil || systemFilter!.contains($0.name) || $0.name == reference }
+    let systems = allSystems.filter {
+        systemFilter == nil || systemFilter!.contains($0.name) || ($0.name == reference && runReference)
+    }
     progress("[\(name)] warm-up")
     for s in systems {
         instructionLabel = "warm-up"
@@ -143,7 +148,8 @@ func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [
             "\($0.name) \(String(format: "%.1f", samples[$0.name]!.last!)) ns"
         }.joined(separator: ", "))
     }
-    var ratios = systems.filter { $0.name != reference }.map { medianRatio($0.name, reference, in: samples) }
+    var ratios = samples[reference] == nil ? []
+        : systems.filter { $0.name != reference }.map { medianRatio($0.name, reference, in: samples) }
     for (a, b) in alsoVs where samples[a] != nil && samples[b] != nil { ratios.append(medianRatio(a, b, in: samples)) }
     return CaseResult(name: name, tasks: tasks, reps: reps, metric: .nsPerTask,
                       systems: systems.map { SystemResult(system: $0.name, tasks: $0.tasks ?? tasks, samples: samples[$0.name]!) },

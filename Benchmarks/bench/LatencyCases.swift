@@ -44,7 +44,7 @@ func latencyCase(pool: ThreadPool, nio: NIOPeer, samples: Int, reps: Int) throws
         ("spindle", { try pool.submit($0) }),
         ("dispatch", { DispatchQueue.global().async(execute: $0) }),
         ("nio", { work in nio.pool.submit { _ in work() } }),
-    ].filter { systemFilter == nil || systemFilter!.contains($0.0) || $0.0 == "dispatch" }
+    ].filter { systemFilter == nil || systemFilter!.contains($0.0) || ($0.0 == "dispatch" && runReference) }
     var recs = [String: LatencyRecorder]()
     var p50s = [String: [Double]]()
     progress("[latency] warm-up")
@@ -61,7 +61,8 @@ func latencyCase(pool: ThreadPool, nio: NIOPeer, samples: Int, reps: Int) throws
         }
         progress("[latency] rep \(r + 1)/\(reps): p50 " + systems.map { "\($0.name) \(fmt(p50s[$0.name]!.last!)) ns" }.joined(separator: ", "))
     }
-    var ratios = systems.filter { $0.name != "dispatch" }.map { medianRatio($0.name, "dispatch", in: p50s) }
+    var ratios = p50s["dispatch"] == nil ? []
+        : systems.filter { $0.name != "dispatch" }.map { medianRatio($0.name, "dispatch", in: p50s) }
     if p50s["nio"] != nil && p50s["spindle"] != nil { ratios.append(medianRatio("spindle", "nio", in: p50s)) }
     return CaseResult(
         name: "latency", tasks: samples, reps: reps, metric: .latency,

@@ -113,7 +113,7 @@ func rows(_ results: [CaseResult]) -> [[String]] {
     for c in results {
         for s in c.systems {
             let rs = c.ratios.filter { $0.system == s.system }
-            let ratio = rs.isEmpty ? (c.metric == .cpuMsPerSecond ? "-" : "reference")
+            let ratio = rs.isEmpty ? (c.metric == .cpuMsPerSecond || !runReference ? "-" : "reference")
                 : rs.map { String(format: "%.3g× %@", $0.median, $0.vs) }.joined(separator: ", ")
             let tasks = "\(s.tasks > 0 ? s.tasks : c.tasks)"
             switch c.metric {
