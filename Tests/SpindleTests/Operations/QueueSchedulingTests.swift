@@ -295,6 +295,38 @@ final class QueueSchedulingTests: XCTestCase {
         OperationQueue.release(released)
     }
 
+    func testPrunedAndDrainedOperationsAreReleasedOldestFirst() {
+        // Finished operations are released in the order they were added, by a prune's
+        // sweep and by a drain alike, as Foundation releases each as it finishes: deinits
+        // that run the program's code see that order, and the allocator merges the freed
+        // memory below the top of the adding thread's heap instead of giving that top
+        // back to the kernel a page at a time (QueueRegistry.swift, `ReleaseChain`).
+        final class Tag: Sendable {
+            let index: Int, log: Log
+            init(_ index: Int, _ log: Log) { self.index = index; self.log = log }
+            deinit { log.add("\(index)") }
+        }
+        for drain in [false, true] {
+            let log = Log()
+            var state = OperationQueue.State(name: drain ? "drain-order" : "prune-order")
+            for i in 0..<400 {
+                let tag = Tag(i, log)
+                let u = Unmanaged<Operation>.passRetained(BlockOperation { _ = tag })
+                u.withGuaranteedReference { op in
+                    state.link(u, op)
+                    op.queueSync.done.store(true, ordering: .releasing)
+                }
+            }
+            var released: Unmanaged<Operation>? = nil
+            // 400 finished and none unfinished: the prune takes two, then sweeps the rest.
+            if drain { state.unlinkAll(onto: &released) } else { state.prune(unfinished: 0, onto: &released) }
+            XCTAssertEqual(state.linked, 0)
+            OperationQueue.release(released)
+            XCTAssertEqual(log.all, (0..<400).map { "\($0)" },
+                           "\(drain ? "a drain" : "a prune") released finished operations out of order")
+        }
+    }
+
     func testTheListKeepsAnOperationWhileAReadyRingHoldsIt() {
         // The ready rings hold operations unretained; an operation that finishes
         // without starting while it waits there (one of a class that reports itself

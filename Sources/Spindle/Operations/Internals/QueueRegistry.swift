@@ -10,8 +10,9 @@ import Synchronization
 // finish operations never touch it: finished ones (`QueueSync.done`) are unlinked
 // lazily by the thread adding operations (`prune`) once no ready ring and no runner
 // uses them, and all at once when the queue drains (`unlinkAll`). References are
-// released outside the lock, in a chain built through `QueueFields.next`
-// (`OperationQueue.release`), because a release may run a deinit and user code.
+// released outside the lock, oldest first, in a chain built through `QueueFields.next`
+// (`ReleaseChain`, `OperationQueue.release`), because a release may run a deinit and
+// user code.
 //
 // Rejected: keeping the operations the block form makes for reuse. Nothing outside the
 // queue can reach them, so a finished one could be reset and handed to the next block
@@ -32,14 +33,12 @@ extension OperationQueue.State {
         unsafe linked += 1
     }
 
-    /// Takes `op` off the list and pushes it on `released`, a chain (through
-    /// `queueFields.next`) of references for the caller to release outside the lock.
-    mutating func unlink(_ op: Operation, onto released: inout Unmanaged<Operation>?) {
+    /// Takes `op` off the list and appends it to `chain`, whose reference it takes over.
+    mutating func unlink(_ op: Operation, onto chain: inout ReleaseChain) {
         unsafe detach(op)
-        unsafe op.queueFields.next = unsafe released
-        // safety: the list's reference moves to `released`, which the caller releases
+        // safety: the list's reference moves to the chain, which the caller releases
         // outside the lock.
-        unsafe released = unsafe Unmanaged.passUnretained(op)
+        unsafe chain.append(Unmanaged.passUnretained(op))
     }
 
     /// Takes `op` off the list, leaving the list's reference to it with the caller.
@@ -78,13 +77,14 @@ extension OperationQueue.State {
     }
 
     mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
+        var chain = unsafe ReleaseChain()
         if unsafe linked > unfinished + 64 {
             var cursor = unsafe head, steps = 0, unlinked = 0
             while let u = unsafe cursor, steps < 4, unlinked < 2 {
                 unsafe cursor = unsafe u.withGuaranteedReference { op in
                     let next = unsafe op.queueFields.next
                     if unsafe Self.mayRelease(op) {
-                        unsafe unlink(op, onto: &released)
+                        unsafe unlink(op, onto: &chain)
                         unlinked += 1
                     }
                     return unsafe next
@@ -92,17 +92,19 @@ extension OperationQueue.State {
                 steps += 1
             }
         }
-        guard unsafe linked > 2 * unfinished + 256 else { return }
-        var cursor = unsafe head
-        while let u = unsafe cursor {
-            unsafe cursor = unsafe u.withGuaranteedReference { op in
-                let next = unsafe op.queueFields.next
-                if unsafe Self.mayRelease(op) {
-                    unsafe unlink(op, onto: &released)
+        if unsafe linked > 2 * unfinished + 256 {
+            var cursor = unsafe head
+            while let u = unsafe cursor {
+                unsafe cursor = unsafe u.withGuaranteedReference { op in
+                    let next = unsafe op.queueFields.next
+                    if unsafe Self.mayRelease(op) {
+                        unsafe unlink(op, onto: &chain)
+                    }
+                    return unsafe next
                 }
-                return unsafe next
             }
         }
+        unsafe chain.prepend(onto: &released)
     }
 
     /// Unlinks everything (the queue has drained: all of it has finished). An
@@ -112,6 +114,7 @@ extension OperationQueue.State {
     /// unretained.
     mutating func unlinkAll(onto released: inout Unmanaged<Operation>?) {
         unsafe ready.clear()
+        var chain = unsafe ReleaseChain()
         while let u = unsafe head {
             unsafe u.withGuaranteedReference { op in
                 unsafe detach(op)
@@ -120,12 +123,10 @@ extension OperationQueue.State {
                 let ours = unsafe !op.queueFields.started
                     || op.queueSync.runState.bitwiseOr(QueueSync.listGone, ordering: .acquiringAndReleasing).oldValue
                         & QueueSync.runnerDone != 0
-                if ours {
-                    unsafe op.queueFields.next = unsafe released
-                    unsafe released = unsafe u
-                }
+                if ours { unsafe chain.append(u) }
             }
         }
+        unsafe chain.prepend(onto: &released)
     }
 
     /// The unfinished operations, in the order they were added.
@@ -141,8 +142,49 @@ extension OperationQueue.State {
     }
 }
 
+/// References taken off the queue's list, linked through `queueFields.next` in the
+/// order they were taken — oldest first, as the list holds them — for the caller to
+/// release outside the lock (`OperationQueue.release`).
+///
+/// Why oldest first: releasing one frees the operation, and glibc merges a freed chunk
+/// with the free chunks beside it. Operations added one after another sit one after
+/// another in the adding thread's heap, the newest often at its top. Freed newest
+/// first, each chunk joins the heap's free top as it is freed, and once that top passes
+/// glibc's trim threshold every further page of it is returned to the kernel with a
+/// system call of its own (`madvise`, or `brk` in the main heap, and a TLB flush on the
+/// other CPUs); freed oldest first, they merge below the top and reach it once, with the
+/// last. It is also the order Foundation releases finished operations in, each as it
+/// finishes.
+@unsafe
+struct ReleaseChain {
+    // safety: each link is a reference the chain owns, released once by whoever
+    // releases the chain it is prepended onto.
+    private var first: Unmanaged<Operation>? = nil
+    private var last: Unmanaged<Operation>? = nil
+
+    /// Appends `u`, whose reference the chain takes over: an operation just taken off
+    /// the list (`detach`), whose links are nil.
+    mutating func append(_ u: Unmanaged<Operation>) {
+        if let l = unsafe last {
+            unsafe l.withGuaranteedReference { unsafe $0.queueFields.next = unsafe u }
+        } else {
+            unsafe first = unsafe u
+        }
+        unsafe last = unsafe u
+    }
+
+    /// Puts the whole chain in front of `released`, which takes over its references.
+    mutating func prepend(onto released: inout Unmanaged<Operation>?) {
+        guard let l = unsafe last else { return }
+        unsafe l.withGuaranteedReference { unsafe $0.queueFields.next = unsafe released }
+        unsafe released = unsafe first
+        unsafe first = nil
+        unsafe last = nil
+    }
+}
+
 extension OperationQueue {
-    /// Releases a chain of references built by `unlink`.
+    /// Releases a chain of references built by a `ReleaseChain`, first to last.
     static func release(_ chain: Unmanaged<Operation>?) {
         var cursor = unsafe chain
         while let u = unsafe cursor {
