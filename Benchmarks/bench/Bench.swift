@@ -39,7 +39,7 @@ struct Bench: ParsableCommand {
     @Option(help: "Comma-separated cases to run (default: all). Known: \(Bench.allCases.joined(separator: ", ")).")
     var cases: String?
 
-    @Option(help: "Comma-separated systems to run within each case (default: all; the reference is always run, since ratios need it).")
+    @Option(help: "Comma-separated systems to run within each case (default: all; each case's reference runs too, since ratios need it, unless --alone).")
     var systems: String?
 
     @Flag(help: "Run only the systems named with --systems, without their case's reference, and take no ratios against it: for counting one system's page faults, system calls or context switches by itself (perf stat, strace -c). The QoS, priority-inversion and quota cases still run their floors.")
