@@ -125,11 +125,15 @@ nonisolated(unsafe) var systemFilter: Set<String>?
 /// Whether `measure` runs each case's reference beside the selected systems.
 nonisolated(unsafe) var runReference = true
 
+/// Whether a case runs `system`: selected with --systems, or the case's `reference`,
+/// which runs beside them unless --alone said not to.
+func runs(_ system: String, reference: String) -> Bool {
+    systemFilter == nil || systemFilter!.contains(system) || (system == reference && runReference)
+}
+
 func measure(_ name: String, tasks: Int, reps: Int, reference: String, alsoVs: [(String, String)] = [],
              _ allSystems: [SystemRun]) throws -> CaseResult {
-    let systems = allSystems.filter {
-        systemFilter == nil || systemFilter!.contains($0.name) || ($0.name == reference && runReference)
-    }
+    let systems = allSystems.filter { runs($0.name, reference: reference) }
     progress("[\(name)] warm-up")
     for s in systems {
         instructionLabel = "warm-up"

@@ -44,7 +44,7 @@ func latencyCase(pool: ThreadPool, nio: NIOPeer, samples: Int, reps: Int) throws
         ("spindle", { try pool.submit($0) }),
         ("dispatch", { DispatchQueue.global().async(execute: $0) }),
         ("nio", { work in nio.pool.submit { _ in work() } }),
-    ].filter { systemFilter == nil || systemFilter!.contains($0.0) || ($0.0 == "dispatch" && runReference) }
+    ].filter { runs($0.0, reference: "dispatch") }
     var recs = [String: LatencyRecorder]()
     var p50s = [String: [Double]]()
     progress("[latency] warm-up")
