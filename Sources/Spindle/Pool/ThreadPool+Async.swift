@@ -56,41 +56,78 @@ extension ThreadPool {
     /// `run`, given the offload's class by its caller: inlined into a caller that knows
     /// `T`, `Offload<T>.self` is read from the caller's own cache of that type's metadata,
     /// where this generic function would look it up in the runtime's table on every call.
-    @usableFromInline
+    ///
+    /// Inlined whole for the same reason, with the work around the suspension out of
+    /// line (`makeOffload`, `admitOffload`, `submitOffload`): each async function between
+    /// the caller and the continuation is a frame from the task's allocator and a check of
+    /// the task's executor on the way in and on the way out, and the suspension itself is
+    /// no larger.
+    @inlinable
     func awaitOffload<T: Sendable>(_ body: @escaping @Sendable () throws -> T, ifFull: FullPolicy,
                                    as offloadType: Offload<T>.Type) async throws -> T {
-        try Task.checkCancellation()
         // Already on a worker (a task that prefers this pool, or a closure of its own):
         // nothing to hand over, and nothing queued to count against a limit.
-        if isCurrentThreadWorker { return try body() }
-        var ticket: Admission.Ticket = 0
-        if let admission {
-            switch ifFull {
-            case .wait:
-                do { ticket = try await admission.take() } catch let error as Error {
-                    refusals.add(1, ordering: .relaxed)
-                    throw error
-                }
-            case .fail:
-                guard let admitted = admission.tryTake() else { throw admissionRefusal() }
-                ticket = admitted
-            }
+        if isCurrentThreadWorker {
+            try Task.checkCancellation()
+            return try body()
         }
-        let offload = offloadType.init(body, admission: admission, ticket: ticket, timers: timerSlot.current)
+        // A task cancelled already is answered by the handler below, which then runs at
+        // once, before `submitOffload` publishes (OF2): nothing is submitted.
+        let offload = hasAdmission ? try await admitOffload(body, ifFull: ifFull, as: offloadType)
+                                   : makeOffload(body, ticket: 0, as: offloadType)
         return try await withTaskCancellationHandler {
             unsafe try await withUnsafeThrowingContinuation { (c: UnsafeContinuation<T, any Swift.Error>) in
-                // A cancellation that came first (even while waiting for a place that was
-                // then granted) is taken here, and nothing is submitted.
-                guard unsafe offload.publish(c) else { return }
-                let rc = unsafe spindle_submit_task(raw, offload.submissionNode())
-                if rc != 0 {
-                    // Refused: nothing was queued. The node is ours again; the offload
-                    // is resumed here, with the reason.
-                    offload.refused(engineRefusal(rc))
-                }
+                unsafe submitOffload(offload, c)
             }
         } onCancel: {
             offload.cancel()
+        }
+    }
+
+    /// Whether the pool has a queue limit, whose place an offload takes first.
+    @usableFromInline
+    var hasAdmission: Bool { admission != nil }
+
+    /// The offload of `body`, holding the admission place `ticket` (an `Admission.Ticket`).
+    @usableFromInline
+    func makeOffload<T: Sendable>(_ body: @escaping @Sendable () throws -> T, ticket: UInt64,
+                                  as offloadType: Offload<T>.Type) -> Offload<T> {
+        offloadType.init(body, admission: admission, ticket: ticket, timers: timerSlot.current)
+    }
+
+    /// The offload of `body` on a pool with a queue limit, once it has a place: waiting
+    /// for one, or refusing at once, as `ifFull` says.
+    @usableFromInline
+    func admitOffload<T: Sendable>(_ body: @escaping @Sendable () throws -> T, ifFull: FullPolicy,
+                                   as offloadType: Offload<T>.Type) async throws -> Offload<T> {
+        // Cancelled already: said before anything else, a full pool's refusal included.
+        try Task.checkCancellation()
+        // Called only when `hasAdmission`.
+        guard let admission else { preconditionFailure("admitOffload on a pool without a queue limit") }
+        var ticket: Admission.Ticket = 0
+        switch ifFull {
+        case .wait:
+            do { ticket = try await admission.take() } catch let error as Error {
+                refusals.add(1, ordering: .relaxed)
+                throw error
+            }
+        case .fail:
+            guard let admitted = admission.tryTake() else { throw admissionRefusal() }
+            ticket = admitted
+        }
+        return makeOffload(body, ticket: ticket, as: offloadType)
+    }
+
+    /// Publishes `c` in `offload` and submits it. A cancellation that came first (even
+    /// while waiting for a place that was then granted) is taken here, and nothing is
+    /// submitted; a refusal by the pool resumes `c` here, with the reason.
+    @usableFromInline
+    func submitOffload<T: Sendable>(_ offload: Offload<T>, _ c: UnsafeContinuation<T, any Swift.Error>) {
+        guard unsafe offload.publish(c) else { return }
+        let rc = unsafe spindle_submit_task(raw, offload.submissionNode())
+        if rc != 0 {
+            // Refused: nothing was queued. The node is ours again.
+            offload.refused(engineRefusal(rc))
         }
     }
 
@@ -269,6 +306,7 @@ final class Offload<T: Sendable>: OffloadBase, @unchecked Sendable {
     }
 
     /// The awaiting task was cancelled: if the closure has not started, it never will.
+    @usableFromInline
     func cancel() {
         // Before publication (OF2): `publish` sees it and resumes.
         if phase.compareExchange(expected: OffloadBase.unpublished, desired: OffloadBase.cancelled,

@@ -98,6 +98,46 @@ final class AsyncOffloadTests: XCTestCase {
         XCTAssertFalse(ran.load(ordering: .relaxed), "the closure of a cancelled task ran")
     }
 
+    /// A task cancelled before it calls `run` gets `CancellationError`, and its closure is
+    /// neither run nor queued: on a pool without a queue limit, whose one worker is held
+    /// so that anything queued would stay there; on a pool with a limit, whose place it
+    /// leaves free; and, with `.fail` on a full one, the cancellation is what it hears,
+    /// not the refusal.
+    func testATaskCancelledBeforeRunNeverQueuesItsClosure() async throws {
+        let started = Counter()
+        let plain = try holdablePool(workers: 1)
+        let blocker = Blocker()
+        try blocker.occupy(plain)
+        let early = Task {
+            withUnsafeCurrentTask { $0!.cancel() }
+            return try await plain.run { started.increment() }
+        }
+        await assertEndsCancelled(early, "a task cancelled before run was not told")
+        XCTAssertEqual(unsafe spindle_pool_queued(plain.raw), 0, "a cancelled task's closure was queued")
+        blocker.open()
+        try await plain.shutdown(.drain)
+
+        let limited = try holdablePool(workers: 1, queueLimit: 1)
+        let limitedBlocker = Blocker()
+        try limitedBlocker.occupy(limited)
+        let admitted = Task {
+            withUnsafeCurrentTask { $0!.cancel() }
+            return try await limited.run { started.increment() }
+        }
+        await assertEndsCancelled(admitted, "a task cancelled before run on a limited pool was not told")
+        // Its place is free: the one the limit allows is admitted.
+        XCTAssertTrue(limited.trySubmit {}, "a cancelled run kept its place")
+        // Now full: a cancelled fail-fast run hears of its cancellation.
+        let failFast = Task {
+            withUnsafeCurrentTask { $0!.cancel() }
+            return try await limited.run(ifFull: .fail) { started.increment() }
+        }
+        await assertEndsCancelled(failFast, "a cancelled fail-fast run on a full pool was not told it was cancelled")
+        limitedBlocker.open()
+        try await limited.shutdown(.drain)
+        XCTAssertEqual(started.value, 0, "a cancelled task's closure ran")
+    }
+
     func testAClosureThatStartedRunsToItsEnd() async throws {
         let pool = try ThreadPool(workers: 1)
         let inside = DispatchSemaphore(value: 0)
