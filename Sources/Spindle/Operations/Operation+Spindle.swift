@@ -9,18 +9,34 @@ extension Operation {
         await awaitFinish()
     }
 
-    /// `finished()`, inlined into `OperationQueue.run`, where a call would add an async
-    /// frame to every run.
-    @inline(__always)
+    /// `finished()`, inlined into `OperationQueue.run` and from there into its caller,
+    /// where a call would add an async frame, and two checks of the task's executor, to
+    /// every run. The steps on either side of the suspension are out of line.
+    @inlinable
     func awaitFinish() async {
-        if finishCompleted.load(ordering: .acquiring) { return }
+        guard prepareToAwaitFinish() else { return }
+        unsafe await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
+            unsafe registerFinishContinuation(c)
+        }
+    }
+
+    /// Before a task waits for the operation: false when it has finished already;
+    /// else it is raised to the waiting task's class (P3) and marked as waited for.
+    @usableFromInline
+    func prepareToAwaitFinish() -> Bool {
+        if finishCompleted.load(ordering: .acquiring) { return false }
         promote(to: Promotion.callingTaskRank())
         hasWaiters.store(true, ordering: .sequentiallyConsistent)
-        unsafe await withUnsafeContinuation { (c: UnsafeContinuation<Void, Never>) in
-            // safety: resumed once: here when the registration is refused, else by the
-            // finish that takes the waiter off the list (Waiter.swift).
-            if unsafe !registerFinishWaiter(Waiter(continuation: c)) { unsafe c.resume() }
-        }
+        return true
+    }
+
+    /// Lists `c` to be resumed when the operation has finished, or resumes it now if it
+    /// has (the caller has called `prepareToAwaitFinish`).
+    @usableFromInline
+    func registerFinishContinuation(_ c: UnsafeContinuation<Void, Never>) {
+        // safety: resumed once: here when the registration is refused, else by the
+        // finish that takes the waiter off the list (Waiter.swift).
+        if unsafe !registerFinishWaiter(Waiter(continuation: c)) { unsafe c.resume() }
     }
 
     /// Lists `waiter` to be signalled when the operation has finished (F6); false,

@@ -51,17 +51,38 @@ extension OperationQueue {
     /// - Throws: what `body` throws; `CancellationError` when the calling task is
     ///   cancelled before `body` starts, including while it waits for room;
     ///   ``ThreadPool/Error/overloaded``.
+    @inlinable @inline(__always)
     public func run<T: Sendable>(ifFull: ThreadPool.FullPolicy,
                                  _ body: @escaping @Sendable () throws -> T) async throws -> T {
         try Task.checkCancellation()
-        // The common case, room at once (always, without a limit), passes a closure that
-        // does not outlive the call: no context to allocate. Only a wait in line keeps one.
-        if !admission.tryReserve(count: { operationCount }) {
-            switch ifFull {
-            case .wait: try await admission.reserve(count: { [unowned self] in operationCount })
-            case .fail: throw ThreadPool.Error.overloaded
-            }
+        if !tryReserveRun() { try await reserveRun(ifFull: ifFull) }
+        // Inlined into the caller down to the continuation (`awaitFinish`): each async
+        // function in between would be a frame from the task's allocator and two checks
+        // of the task's executor per run.
+        let (op, outcome) = addRun(body)
+        await withTaskCancellationHandler {
+            await op.awaitFinish()
+        } onCancel: {
+            op.cancel()
         }
-        return try await runAdmitted(body)
+        return try outcome.take(T.self)
+    }
+
+    /// Takes a place for `run` if there is room at once (always, without a limit).
+    @usableFromInline
+    func tryReserveRun() -> Bool {
+        // A closure that does not outlive the call: no context to allocate. Only a wait
+        // in line keeps one.
+        admission.tryReserve(count: { operationCount })
+    }
+
+    /// Takes a place for `run` in a full queue: waits for one, first come first served,
+    /// or throws ``ThreadPool/Error/overloaded``, as `ifFull` says.
+    @usableFromInline
+    func reserveRun(ifFull: ThreadPool.FullPolicy) async throws {
+        switch ifFull {
+        case .wait: try await admission.reserve(count: { [unowned self] in operationCount })
+        case .fail: throw ThreadPool.Error.overloaded
+        }
     }
 }

@@ -16,12 +16,15 @@ extension OperationQueue {
     ///
     /// On a queue with an ``admissionLimit``, the call first waits for room, first come
     /// first served (``run(ifFull:_:)`` can throw instead).
+    @inlinable @inline(__always)
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await run(ifFull: .wait, body)
     }
 
-    /// `run`, once the caller holds a place in the queue (QueueAdmission.swift, QA1).
-    func runAdmitted<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    /// `body` as a BlockOperation added to this queue, once the caller holds a place in
+    /// it (QueueAdmission.swift, QA1), and where the operation will leave its result.
+    @usableFromInline
+    func addRun<T: Sendable>(_ body: @escaping @Sendable () throws -> T) -> (BlockOperation, RunOutcome) {
         let outcome = RunOutcome(holding: T.self)
         let op = BlockOperation {
             do {
@@ -32,12 +35,7 @@ extension OperationQueue {
         }
         addOperation(op)
         admission.added { operationCount }
-        await withTaskCancellationHandler {
-            await op.awaitFinish()
-        } onCancel: {
-            op.cancel()
-        }
-        return try outcome.take(T.self)
+        return (op, outcome)
     }
 
     /// Adds `ops` and suspends the calling task until they have all finished: the async
@@ -104,6 +102,7 @@ extension OperationQueue {
 /// RO2. `run` always calls `take` once the operation has finished, and `take` moves
 ///      the value out, so the storage holds no value when it is deallocated.
 @safe
+@usableFromInline
 final class RunOutcome: @unchecked Sendable {
     // safety: a value lives only between RO1's write and `take` (RO2), in `inline` when
     // `T` fits there, else in `outOfLine`, which the class allocates and frees itself.
@@ -151,6 +150,7 @@ final class RunOutcome: @unchecked Sendable {
 
     /// The value, the error rethrown, or `CancellationError` when the operation never
     /// ran (it was cancelled first). Called once, after the operation finished.
+    @usableFromInline
     func take<T>(_: T.Type) throws -> T {
         switch state.load(ordering: .acquiring) {
         case RunOutcome.value: return unsafe withStorage { unsafe $0.assumingMemoryBound(to: T.self).move() }

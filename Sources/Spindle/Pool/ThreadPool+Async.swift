@@ -39,7 +39,7 @@ extension ThreadPool {
     /// - Throws: what `body` throws; `CancellationError`; ``Error/overloaded``;
     ///   ``Error/shutDown`` when the pool shuts down before `body` starts (a cancelling
     ///   shutdown included); ``Error/createdBeforeFork``.
-    @inlinable
+    @inlinable @inline(__always)
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await awaitOffload(body, ifFull: .wait, as: Offload<T>.self)
     }
@@ -47,7 +47,7 @@ extension ThreadPool {
     /// The async `run(_:)` on a pool with a ``Configuration/queueLimit``, choosing what happens
     /// when the pool is full: wait for room (first come first served), or throw
     /// ``Error/overloaded`` at once.
-    @inlinable
+    @inlinable @inline(__always)
     public func run<T: Sendable>(ifFull: FullPolicy,
                                  _ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await awaitOffload(body, ifFull: ifFull, as: Offload<T>.self)
@@ -62,7 +62,7 @@ extension ThreadPool {
     /// the caller and the continuation is a frame from the task's allocator and a check of
     /// the task's executor on the way in and on the way out, and the suspension itself is
     /// no larger.
-    @inlinable
+    @inlinable @inline(__always)
     func awaitOffload<T: Sendable>(_ body: @escaping @Sendable () throws -> T, ifFull: FullPolicy,
                                    as offloadType: Offload<T>.Type) async throws -> T {
         // Already on a worker (a task that prefers this pool, or a closure of its own):
