@@ -90,11 +90,11 @@ extension OperationQueue {
 
 /// What `run`'s operation produced: its value, its error, or nothing when it never ran.
 ///
-/// Not generic, and holding the value in raw storage: in `run`, which is generic and not
-/// specialised for its caller, a `Result<T, Error>`, an `Optional` of it or a
-/// `Mutex` of that is stored, copied and destroyed through type metadata looked up at
-/// run time, a hash-table lookup each time (several per call). `T`'s own metadata
-/// comes with the call.
+/// Not generic, and holding the value in raw storage: in `addRun` and its operation's
+/// block, which are generic and not specialised for `run`'s caller, a `Result<T, Error>`,
+/// an `Optional` of it or a `Mutex` of that is stored, copied and destroyed through type
+/// metadata looked up at run time, a hash-table lookup each time (several per call).
+/// `T`'s own metadata comes with the call.
 ///
 /// RO1. The operation's block writes the value or the error, then publishes which with
 ///      a release store of `state`; `take` reads `state` with an acquire load, after
