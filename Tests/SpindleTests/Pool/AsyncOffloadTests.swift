@@ -99,41 +99,34 @@ final class AsyncOffloadTests: XCTestCase {
     }
 
     /// A task cancelled before it calls `run` gets `CancellationError`, and its closure is
-    /// neither run nor queued: on a pool without a queue limit, whose one worker is held
-    /// so that anything queued would stay there; on a pool with a limit, whose place it
-    /// leaves free; and, with `.fail` on a full one, the cancellation is what it hears,
-    /// not the refusal.
-    func testATaskCancelledBeforeRunNeverQueuesItsClosure() async throws {
+    /// neither run nor submitted: on a pool without a queue limit, whose workers run no
+    /// task for it; on a pool with a limit, whose place it leaves free; and, with `.fail`
+    /// on a full one, the cancellation is what it hears, not the refusal.
+    func testATaskCancelledBeforeRunNeverSubmitsItsClosure() async throws {
         let started = Counter()
-        let plain = try holdablePool(workers: 1)
-        let blocker = Blocker()
-        try blocker.occupy(plain)
-        let early = Task {
-            withUnsafeCurrentTask { $0!.cancel() }
-            return try await plain.run { started.increment() }
+        /// A task that cancels itself, then calls `run` on `pool`.
+        func cancelledRun(_ pool: ThreadPool, ifFull: ThreadPool.FullPolicy = .wait) -> Task<Void, any Error> {
+            Task {
+                withUnsafeCurrentTask { $0!.cancel() }
+                try await pool.run(ifFull: ifFull) { started.increment() }
+            }
         }
-        await assertEndsCancelled(early, "a task cancelled before run was not told")
-        XCTAssertEqual(unsafe spindle_pool_queued(plain.raw), 0, "a cancelled task's closure was queued")
-        blocker.open()
+        let plain = try ThreadPool(workers: 1)
+        await assertEndsCancelled(cancelledRun(plain), "a task cancelled before run was not told")
         try await plain.shutdown(.drain)
+        XCTAssertEqual(plain.stats.reduce(0) { $0 + $1.executed }, 0, "a cancelled task's closure was submitted")
 
         let limited = try holdablePool(workers: 1, queueLimit: 1)
-        let limitedBlocker = Blocker()
-        try limitedBlocker.occupy(limited)
-        let admitted = Task {
-            withUnsafeCurrentTask { $0!.cancel() }
-            return try await limited.run { started.increment() }
-        }
-        await assertEndsCancelled(admitted, "a task cancelled before run on a limited pool was not told")
-        // Its place is free: the one the limit allows is admitted.
+        await assertEndsCancelled(cancelledRun(limited), "a task cancelled before run on a limited pool was not told")
+        // Its place is free: with the worker held, the one queued closure the limit
+        // allows is admitted.
+        let blocker = Blocker()
+        try blocker.occupy(limited)
         XCTAssertTrue(limited.trySubmit {}, "a cancelled run kept its place")
         // Now full: a cancelled fail-fast run hears of its cancellation.
-        let failFast = Task {
-            withUnsafeCurrentTask { $0!.cancel() }
-            return try await limited.run(ifFull: .fail) { started.increment() }
-        }
-        await assertEndsCancelled(failFast, "a cancelled fail-fast run on a full pool was not told it was cancelled")
-        limitedBlocker.open()
+        await assertEndsCancelled(cancelledRun(limited, ifFull: .fail),
+                                  "a cancelled fail-fast run on a full pool was not told it was cancelled")
+        blocker.open()
         try await limited.shutdown(.drain)
         XCTAssertEqual(started.value, 0, "a cancelled task's closure ran")
     }
