@@ -57,11 +57,11 @@ extension ThreadPool {
     /// `T`, `Offload<T>.self` is read from the caller's own cache of that type's metadata,
     /// where this generic function would look it up in the runtime's table on every call.
     ///
-    /// Inlined whole for the same reason, with the work around the suspension out of
-    /// line (`makeOffload`, `admitOffload`, `submitOffload`): each async function between
-    /// the caller and the continuation is a frame from the task's allocator and a check of
-    /// the task's executor on the way in and on the way out, and the suspension itself is
-    /// no larger.
+    /// It is inlined whole too, with the work around the suspension out of line
+    /// (`makeOffload`, `admitOffload`, `submitOffload`), because each async function
+    /// between the caller and the continuation costs a frame from the task's allocator
+    /// and a check of the task's executor on the way in and on the way out
+    /// (docs/performance.md, "Async offload").
     @inlinable @inline(__always)
     func awaitOffload<T: Sendable>(_ body: @escaping @Sendable () throws -> T, ifFull: FullPolicy,
                                    as offloadType: Offload<T>.Type) async throws -> T {
