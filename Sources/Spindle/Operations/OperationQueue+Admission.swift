@@ -54,6 +54,9 @@ extension OperationQueue {
     @inlinable @inline(__always)
     public func run<T: Sendable>(ifFull: ThreadPool.FullPolicy,
                                  _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        // Checked first here, where `ThreadPool.run` leaves an early cancellation to its
+        // handler: a cancelled operation is retired only when its queue runs, so on a
+        // suspended queue the handler's answer would wait for the queue to resume.
         try Task.checkCancellation()
         if !tryReserveRun() { try await reserveRun(ifFull: ifFull) }
         // Inlined into the caller down to the continuation (`awaitFinish`): each async
