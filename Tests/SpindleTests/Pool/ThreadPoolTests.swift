@@ -194,7 +194,12 @@ final class ThreadPoolTests: XCTestCase {
             for round in 0..<rounds {
                 let cpu = Int32(round % 2)
                 guard spindle_test_pin_self(cpu) == 0 else { mismatches.locked { $0.append("cannot pin to CPU \(cpu)") }; continue }
-                usleep(5_000) // every worker asleep
+                // Every worker asleep: the wake chooses among the sleepers, and a worker
+                // still starting or searching would take the task on its own CPU.
+                guard eventually({ spindle_pool_parked(pool.raw) >= UInt32(pool.workerCount) }) else {
+                    mismatches.locked { $0.append("round \(round): the workers never all parked") }
+                    continue
+                }
                 try? pool.submit { ranOn.store(spindle_test_current_cpu(), ordering: .releasing); done.signal() }
                 done.wait()
                 let got = ranOn.load(ordering: .acquiring)
