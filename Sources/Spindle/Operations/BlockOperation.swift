@@ -71,9 +71,29 @@ open class BlockOperation: Operation, @unchecked Sendable {
             // operation as the thread's current one, on whichever worker it runs. (Boxed:
             // unretained references, which this call outlives, only read by the blocks.)
             let context = unsafe UncheckedSendableBox(ThreadState.current.runningContext)
-            pool.concurrentPerform(iterations: all.count, grain: 1) { i in
+            Self.runConcurrently(0..<all.count, on: pool) { i in
                 unsafe ThreadState.current.withRunningContext(context.value) { all[i]() }
             }
         }
+    }
+
+    /// Runs `run` for each index of `range`, the first on this thread and every other
+    /// as a task of its own, forked (``ThreadPool/join(_:_:)``, halving the range).
+    ///
+    /// A task per block, not a parallel loop: the blocks run concurrently, as Apple
+    /// documents, even where the pool has fewer workers than there are blocks — a
+    /// container of one CPU has one. A block that waits (for another block, say) blocks
+    /// its worker, a spare starts in its place, and the spare finds the blocks still
+    /// waiting to run on the deques. A parallel loop hands the blocks to one helper per
+    /// other worker, and to none when the pool has one: there, blocks that wait for
+    /// each other would never return.
+    private static func runConcurrently(_ range: Range<Int>, on pool: ThreadPool, _ run: @Sendable (Int) -> Void) {
+        if range.count == 1 {
+            run(range.lowerBound)
+            return
+        }
+        let middle = range.lowerBound + range.count / 2
+        _ = pool.join({ runConcurrently(range.lowerBound..<middle, on: pool, run) },
+                      { runConcurrently(middle..<range.upperBound, on: pool, run) })
     }
 }

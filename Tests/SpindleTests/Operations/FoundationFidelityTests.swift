@@ -223,8 +223,19 @@ final class FoundationFidelityTests: XCTestCase {
         let log = Log()
         let names = ["normal", "low", "veryHigh", "veryLow", "high"]
         let priorities: [Operation.QueuePriority] = [.normal, .low, .veryHigh, .veryLow, .high]
+        // The queue starts two at a time. Each operation holds its place until the
+        // other one started with it has begun, so that the log's order is the order in
+        // which the queue started them, not the order in which threads got to run them
+        // (on a pool of one worker, a started operation waits for a spare).
+        let started = Atomic<Int>(0)
         let ops = zip(names, priorities).map { name, p in
-            let op = logging(log, name, hold: 20_000)
+            let op = BlockOperation {
+                log.add(name)
+                let n = started.add(1, ordering: .acquiringAndReleasing).newValue
+                let partner = min((n + 1) / 2 * 2, names.count)
+                XCTAssertTrue(eventually { started.load(ordering: .acquiring) >= partner })
+            }
+            op.name = name
             op.queuePriority = p
             return op
         }
@@ -267,10 +278,22 @@ final class FoundationFidelityTests: XCTestCase {
         q.maxConcurrentOperationCount = 2
         q.isSuspended = true
         let log = Log()
-        // B and A start first; A's slot frees first (at 30 ms), then B's (at 150 ms), so
-        // the order of the next two shows which the queue took first.
-        let a = logging(log, "A", hold: 30_000), b = logging(log, "B", hold: 150_000)
-        let c = logging(log, "C", hold: 10_000), d = logging(log, "D", hold: 10_000)
+        // B and A start first. A's slot frees first, once both have begun; B's only once
+        // a third operation has begun in A's. So the queue chooses between C and D with
+        // one slot free, and the order of the last two shows which it took first,
+        // however long any thread takes to get a CPU.
+        let started = Atomic<Int>(0)
+        func op(_ name: String, holdUntilStarted count: Int) -> BlockOperation {
+            let op = BlockOperation {
+                log.add(name)
+                started.add(1, ordering: .acquiringAndReleasing)
+                XCTAssertTrue(eventually { started.load(ordering: .acquiring) >= count })
+            }
+            op.name = name
+            return op
+        }
+        let a = op("A", holdUntilStarted: 2), b = op("B", holdUntilStarted: 3)
+        let c = op("C", holdUntilStarted: 0), d = op("D", holdUntilStarted: 0)
         b.qualityOfService = .userInteractive
         c.qualityOfService = .background
         for op in [a, b, c, d] { q.addOperation(op) }

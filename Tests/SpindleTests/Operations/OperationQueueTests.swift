@@ -301,6 +301,32 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(met.load(ordering: .relaxed), 2)
     }
 
+    func testBlockOperationRunsMoreWaitingBlocksThanItsPoolHasWorkers() {
+        // More blocks than the queue's pool has workers, each returning only once all
+        // have started: each block beyond the first is a task of its own, and spares run
+        // them while the workers wait. (A container of one CPU has one worker: there,
+        // two such blocks are already more.)
+        let blocks = ThreadPool.shared.workerCount + 2
+        let arrived = Atomic<Int>(0)
+        let allArrived = DispatchSemaphore(value: 0)
+        let met = Atomic<Int>(0)
+        let op = BlockOperation()
+        for _ in 0..<blocks {
+            op.addExecutionBlock {
+                if arrived.add(1, ordering: .acquiringAndReleasing).newValue == blocks {
+                    for _ in 1..<blocks { allArrived.signal() }
+                    met.add(1, ordering: .relaxed)
+                } else if allArrived.wait(timeout: .now() + 60) == .success {
+                    met.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        let q = OperationQueue()
+        q.addOperation(op)
+        op.waitUntilFinished()
+        XCTAssertEqual(met.load(ordering: .relaxed), blocks, "every block started while the others waited")
+    }
+
     func testBarrierRunsAfterEarlierOpsAndBeforeLaterOnes() {
         let q = OperationQueue()
         let log = Log()

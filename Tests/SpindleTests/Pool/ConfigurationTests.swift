@@ -91,7 +91,9 @@ final class PlacementTests: XCTestCase {
     /// CPUs look busy. Found there, it moves to a CPU where no worker of its pool runs
     /// (park.c, G2), and the burst runs in parallel.
     func testAWorkerWokenOntoItsPushersCPUMovesToAFreeOne() throws {
-        let usable = ProcessInfo.processInfo.activeProcessorCount
+        // The CPUs this process may use (its affinity: a container's cpuset, taskset),
+        // not the machine's online count.
+        let usable = Int(spindle_usable_cpu_count())
         try XCTSkipIf(usable < 2, "needs two CPUs")
         let pool = try ThreadPool(workers: 2)
         defer { try? pool.shutdown() }
@@ -127,7 +129,9 @@ final class PlacementTests: XCTestCase {
     /// An event-loop thread pinned to one CPU that touches a process-wide pool first
     /// must not leave it with one worker on that CPU.
     func testAProcessWidePoolCreatedByAPinnedThreadUsesTheProcesssCPUs() throws {
-        let usable = ProcessInfo.processInfo.activeProcessorCount
+        // The CPUs this process may use (its affinity: a container's cpuset, taskset),
+        // not the machine's online count.
+        let usable = Int(spindle_usable_cpu_count())
         try XCTSkipIf(usable < 2, "needs two CPUs")
         let made = Mutex<(workers: Int, pins: Int32)?>(nil)
         let t = Thread {
