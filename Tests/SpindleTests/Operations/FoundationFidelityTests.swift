@@ -19,11 +19,8 @@ extension XCTestCase {
         return completes(within: seconds) { box.value.waitUntilAllOperationsAreFinished() }
     }
 
-    func logging(_ log: Log, _ name: String, hold: UInt32 = 0) -> BlockOperation {
-        let op = BlockOperation {
-            log.add(name)
-            if hold > 0 { usleep(hold) }
-        }
+    func logging(_ log: Log, _ name: String) -> BlockOperation {
+        let op = BlockOperation { log.add(name) }
         op.name = name
         return op
     }
