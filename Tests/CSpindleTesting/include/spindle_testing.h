@@ -91,8 +91,10 @@ int spindle_test_pool_in_forked_child(uint32_t timeout_ms);
 /** Forks; in the child, a thread at nice +3 under SCHED_BATCH and pinned to one CPU makes
  *  the child's first pool, which starts the monitor. Returns 0 when the monitor runs at
  *  the child's own nice, policy and CPUs; 10, 11 or 12 when its nice, policy or CPU mask
- *  is the creator's instead; 13 when no monitor thread appeared; 2, 128 + signal or
- *  -errno as spindle_test_pool_in_forked_child. */
+ *  is the creator's instead; 14 when only its nice is, in a process without the
+ *  privilege to lower a nice value, and the pool reports that (15 when it does not);
+ *  13 when no monitor thread appeared; 2, 128 + signal or -errno as
+ *  spindle_test_pool_in_forked_child. */
 int spindle_test_monitor_baseline_in_forked_child(uint32_t timeout_ms);
 
 /** Forks; in the child, a process-wide kind of pool of two workers lowers its active

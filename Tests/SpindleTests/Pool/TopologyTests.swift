@@ -228,7 +228,7 @@ final class TopologyErrorTests: XCTestCase {
     func copyOf(_ fixture: String) throws -> String {
         let source = Fixtures.topology(fixture)
         let dest = NSTemporaryDirectory() + "spindle-topo-\(UUID().uuidString)"
-        try FileManager.default.copyItem(atPath: source, toPath: dest)
+        try Fixtures.copyTree(source, to: dest)
         addTeardownBlock { try? FileManager.default.removeItem(atPath: dest) }
         return dest
     }

@@ -146,6 +146,24 @@ enum Fixtures {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/topology/\(name)").path
     }
+
+    /// Copies the tree at `source` to `dest` (directories and regular files), owned by
+    /// whoever runs the tests. Not `FileManager.copyItem`, which also copies each
+    /// directory's owner and fails for a user who does not own the checkout.
+    static func copyTree(_ source: String, to dest: String) throws {
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: dest, withIntermediateDirectories: true)
+        for entry in try fm.contentsOfDirectory(atPath: source) {
+            let from = source + "/" + entry, to = dest + "/" + entry
+            var isDirectory: ObjCBool = false
+            guard fm.fileExists(atPath: from, isDirectory: &isDirectory) else { continue }
+            if isDirectory.boolValue {
+                try copyTree(from, to: to)
+            } else {
+                try Data(contentsOf: URL(fileURLWithPath: from)).write(to: URL(fileURLWithPath: to))
+            }
+        }
+    }
 }
 
 /// Counts down from `n`; the thread that reaches zero signals the waiter.
