@@ -201,6 +201,9 @@ final class ReportTests: XCTestCase {
             "/usr/bin/chrt", ["-f", "1", CommandLine.arguments[0],
                               "SpindleTests.ReportTests/testARealTimeProcessAsksForNoSliceAndReportsNoError"],
             environment: ["SPINDLE_SLICE_PROBE": "1", "PATH": "/usr/bin:/bin", "HOME": "/tmp"])
+        // Root may still be refused a real-time policy: in a control group given no
+        // real-time runtime (cgroup v1's cpu.rt_runtime_us), as a container's is.
+        if status != 0 && text.contains("chrt: failed to set") { throw XCTSkip("a real-time policy was refused here: \(text)") }
         XCTAssertEqual(status, 0, text)
         XCTAssertTrue(text.contains("SLICE requested=nil error=0"), text)
     }

@@ -110,7 +110,9 @@ final class ContainerLimitTests: XCTestCase {
                                             environment: ["SPINDLE_LIMIT_PROBE": "1", "SPINDLE_WORKERS": "lots"])
         XCTAssertEqual(badStatus, 0, bad)
         XCTAssertTrue(bad.contains("SPINDLE_WORKERS=lots is not a worker count"), bad)
-        XCTAssertTrue(bad.contains("CLASSES " + Array(repeating: "\(cpus)/\(cpus)", count: 5).joined(separator: " ")), bad)
+        // Ignored, it leaves the count to the CPU limit, when the tests run under one.
+        let active = min(Int(cpus), ThreadPool.cpuLimit?.workers ?? Int(cpus))
+        XCTAssertTrue(bad.contains("CLASSES " + Array(repeating: "\(active)/\(cpus)", count: 5).joined(separator: " ")), bad)
     }
 
     // MARK: - A quota changed while the process runs

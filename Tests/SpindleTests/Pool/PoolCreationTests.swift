@@ -74,7 +74,9 @@ final class PoolCreationTests: XCTestCase {
         let s = seen.locked { $0 }
         XCTAssertEqual(s.count, 3)
         if usable > 1 { XCTAssertFalse(s.first?.contains("-") ?? true, "the creating worker is pinned to one CPU: \(s)") }
-        XCTAssertEqual(Array(s.dropFirst()), ["workers=\(usable)", "cpus=\(usable)"])
+        // Its worker count is the process's: its CPUs, or fewer under a CPU limit.
+        let workers = min(usable, ThreadPool.cpuLimit?.workers ?? usable)
+        XCTAssertEqual(Array(s.dropFirst()), ["workers=\(workers)", "cpus=\(usable)"])
     }
 
     /// Unpinned workers still take their creator's CPU mask, as threads it started would.
