@@ -74,9 +74,9 @@ final class PoolCreationTests: XCTestCase {
         let s = seen.locked { $0 }
         XCTAssertEqual(s.count, 3)
         if usable > 1 { XCTAssertFalse(s.first?.contains("-") ?? true, "the creating worker is pinned to one CPU: \(s)") }
-        // Its worker count is the process's: its CPUs, or fewer under a CPU limit.
-        let workers = min(usable, ThreadPool.cpuLimit?.workers ?? usable)
-        XCTAssertEqual(Array(s.dropFirst()), ["workers=\(workers)", "cpus=\(usable)"])
+        // Its worker count is the process's: its CPUs, fewer under a CPU limit, or what
+        // SPINDLE_WORKERS sets.
+        XCTAssertEqual(Array(s.dropFirst()), ["workers=\(defaultWorkerCount(usable: usable))", "cpus=\(usable)"])
     }
 
     /// Unpinned workers still take their creator's CPU mask, as threads it started would.

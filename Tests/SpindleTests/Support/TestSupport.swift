@@ -141,6 +141,15 @@ func completes(within seconds: Double = 20, _ body: @escaping @Sendable () -> Vo
 
 /// The sysfs trees in Tests/SpindleTests/Fixtures/topology, which describe machines
 /// this one is not (several NUMA nodes, SMT, offline CPUs).
+/// The workers a pool that sets no count of its own gets in this process: the count
+/// `SPINDLE_WORKERS` sets, for an operator, when it is one; else the CPUs it may use,
+/// capped by a container's CPU limit. Read here from the environment and the limit,
+/// not from the engine's own sizing.
+func defaultWorkerCount(usable: Int) -> Int {
+    if let s = ProcessInfo.processInfo.environment["SPINDLE_WORKERS"], let n = Int(s), (1...4096).contains(n) { return n }
+    return min(usable, ThreadPool.cpuLimit?.workers ?? usable)
+}
+
 enum Fixtures {
     static func topology(_ name: String) -> String {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
