@@ -139,8 +139,6 @@ func completes(within seconds: Double = 20, _ body: @escaping @Sendable () -> Vo
     return done.wait(timeout: .now() + seconds) == .success
 }
 
-/// The sysfs trees in Tests/SpindleTests/Fixtures/topology, which describe machines
-/// this one is not (several NUMA nodes, SMT, offline CPUs).
 /// The workers a pool that sets no count of its own gets in this process: the count
 /// `SPINDLE_WORKERS` sets, for an operator, when it is one; else the CPUs it may use,
 /// capped by a container's CPU limit. Read here from the environment and the limit,
@@ -150,6 +148,8 @@ func defaultWorkerCount(usable: Int) -> Int {
     return min(usable, ThreadPool.cpuLimit?.workers ?? usable)
 }
 
+/// The sysfs trees in Tests/SpindleTests/Fixtures/topology, which describe machines
+/// this one is not (several NUMA nodes, SMT, offline CPUs).
 enum Fixtures {
     static func topology(_ name: String) -> String {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
