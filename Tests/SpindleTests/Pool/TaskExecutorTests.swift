@@ -46,7 +46,12 @@ final class TaskExecutorTests: XCTestCase {
     /// after shutdown began, both run — elsewhere: a dropped job would leave its task
     /// suspended forever, and this test waiting on it.
     func testJobsThePoolCannotRunAreHandedOnNotDropped() async throws {
-        let pool = try ThreadPool(workers: 1)
+        // No spare workers: a spare started for the held worker, once the monitor sees it
+        // blocked (two ticks, which a busy machine gives it), would run the queued jobs
+        // before the shutdown begins.
+        var config = ThreadPool.Configuration(workers: 1)
+        config.maxSpareWorkers = 0
+        let pool = try ThreadPool(configuration: config)
         // Hold the only worker so that the tasks' jobs stay queued.
         let gate = DispatchSemaphore(value: 0), holding = DispatchSemaphore(value: 0)
         try pool.submit {
