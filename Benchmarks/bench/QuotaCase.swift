@@ -1,3 +1,4 @@
+import CSpindle
 import Dispatch
 import Foundation
 import Spindle
@@ -68,8 +69,9 @@ func quotaChild(seconds: Double) throws {
           + "throttled_periods=\(periods) throttled_ms=\(ms) delays=\(d.map { String(Int($0)) }.joined(separator: ","))")
 }
 
-/// The CPUs the process may use: what a quota-unaware pool is sized by.
-func usableCPUs() -> UInt32 { UInt32(max(1, ProcessInfo.processInfo.activeProcessorCount)) }
+/// The CPUs the process may use (its affinity, not the machine's online count): what a
+/// quota-unaware pool is sized by.
+func usableCPUs() -> UInt32 { spindle_usable_cpu_count() }
 
 private func runQuotaChild(group: String, aware: Bool, seconds: Double) throws -> QuotaRun {
     let me = CommandLine.arguments[0]
