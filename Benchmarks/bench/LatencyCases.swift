@@ -38,6 +38,28 @@ private func sampleLatency(_ samples: Int, gapMicros: UInt32, into rec: inout La
     return median(values)
 }
 
+/// Submits one task to each system in turn, `samples` rounds, and returns each system's
+/// median. The systems take turns sample by sample, each round starting with the next
+/// one, rather than repetition by repetition: this machine's phases last seconds and
+/// move an idle hand-off between about 3 and 8 µs for every system alike, so samples
+/// taken side by side cancel them where whole repetitions, run one after another, fall
+/// into different phases.
+private func sampleLatencyInTurn(_ samples: Int, gapMicros: UInt32,
+                                 systems: [(name: String, submit: (@escaping @Sendable () -> Void) throws -> Void)],
+                                 into recs: inout [String: LatencyRecorder]) throws -> [String: Double] {
+    var values = [String: [Double]]()
+    for round in 0..<samples {
+        for k in 0..<systems.count {
+            let s = systems[(round + k) % systems.count]
+            var rec = recs[s.name] ?? LatencyRecorder()
+            let p50 = try sampleLatency(1, gapMicros: gapMicros, into: &rec, submit: s.submit)
+            recs[s.name] = rec
+            values[s.name, default: []].append(p50)
+        }
+    }
+    return values.mapValues(median)
+}
+
 /// The pool idle, one task at a time from an outside thread: submit→start latency.
 func latencyCase(pool: ThreadPool, nio: NIOPeer, samples: Int, reps: Int) throws -> CaseResult {
     let systems: [(name: String, submit: (@escaping @Sendable () -> Void) throws -> Void)] = [
@@ -48,17 +70,13 @@ func latencyCase(pool: ThreadPool, nio: NIOPeer, samples: Int, reps: Int) throws
     var recs = [String: LatencyRecorder]()
     var p50s = [String: [Double]]()
     progress("[latency] warm-up")
-    for s in systems {
-        var warm = LatencyRecorder()
-        _ = try sampleLatency(50, gapMicros: 200, into: &warm, submit: s.submit)
-        recs[s.name] = LatencyRecorder()
-        p50s[s.name] = []
-    }
+    var warm = [String: LatencyRecorder]()
+    _ = try sampleLatencyInTurn(50, gapMicros: 200, systems: systems, into: &warm)
+    for s in systems { recs[s.name] = LatencyRecorder(); p50s[s.name] = [] }
     for r in 0..<reps {
-        for s in r % 2 == 0 ? systems : systems.reversed() {
-            settle()
-            p50s[s.name]!.append(try sampleLatency(samples, gapMicros: 300, into: &recs[s.name]!, submit: s.submit))
-        }
+        settle()
+        let medians = try sampleLatencyInTurn(samples, gapMicros: 300, systems: systems, into: &recs)
+        for s in systems { p50s[s.name]!.append(medians[s.name]!) }
         progress("[latency] rep \(r + 1)/\(reps): p50 " + systems.map { "\($0.name) \(fmt(p50s[$0.name]!.last!)) ns" }.joined(separator: ", "))
     }
     var ratios = p50s["dispatch"] == nil ? []
@@ -68,7 +86,7 @@ func latencyCase(pool: ThreadPool, nio: NIOPeer, samples: Int, reps: Int) throws
         name: "latency", tasks: samples, reps: reps, metric: .latency,
         systems: systems.map { SystemResult(system: $0.name, tasks: samples, samples: p50s[$0.name]!, percentiles: recs[$0.name]!.percentiles()) },
         ratios: ratios,
-        note: "p50 ratio is the median of per-repetition p50 ratios; percentiles are over all repetitions")
+        note: "the systems take turns sample by sample; p50 ratio is the median of per-repetition p50 ratios; percentiles are over all repetitions")
 }
 
 /// The bare futex hand-off (Benchmarks/BenchSupport/handoff.c): one parked thread per
