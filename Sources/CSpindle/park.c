@@ -112,9 +112,11 @@
  * come from workers draining work submitted from outside, on CPUs shared with the
  * submitting threads, and moving a worker there lands it beside one of those instead,
  * which slows the hand-offs more than the move gains (docs/performance.md,
- * "Spreading"). And pinning each worker to a CPU of its own, which prevents the
- * collision outright, is `Pinning.core`, not the default, for the reason its
- * documentation gives.
+ * "Spreading"). Nor on the second task a worker finds after a thread outside the pool
+ * woke it onto that thread's CPU, a stream such as a serial queue's adding thread
+ * makes: with the move, the queue's blocks took longer, not less (the same section).
+ * And pinning each worker to a CPU of its own, which prevents the collision outright,
+ * is `Pinning.core`, not the default, for the reason its documentation gives.
  *
  * Wakes on busy CPUs. When every CPU is busy — a server's event loops and this pool's
  * workers together outnumber the CPUs, or another process holds one — a wake-up made
