@@ -267,9 +267,11 @@ final class OperationQueueTests: XCTestCase {
         let sawFinished = Atomic<Bool>(false)
         let op = BlockOperation {}
         let ref = UncheckedBox(op)
+        // What it saw first, then the count, released: a test that sees the count sees
+        // what it saw.
         op.completionBlock = {
-            count.add(1, ordering: .relaxed)
             sawFinished.store(ref.value.isFinished, ordering: .relaxed)
+            count.add(1, ordering: .releasing)
         }
         q.addOperation(op)
         op.waitUntilFinished()
