@@ -40,10 +40,10 @@ private func sampleLatency(_ samples: Int, gapMicros: UInt32, into rec: inout La
 
 /// Submits one task to each system in turn, `samples` rounds, and returns each system's
 /// median. The systems take turns sample by sample, each round starting with the next
-/// one, rather than repetition by repetition: this machine's phases last seconds and
-/// move an idle hand-off between about 3 and 8 µs for every system alike, so samples
-/// taken side by side cancel them where whole repetitions, run one after another, fall
-/// into different phases.
+/// one, rather than repetition by repetition: a shared machine's phases can last
+/// seconds and move an idle hand-off for every system alike (docs/performance.md,
+/// "Latency"), so samples taken side by side cancel them, where whole repetitions run
+/// one after another can fall into different phases.
 private func sampleLatencyInTurn(_ samples: Int, gapMicros: UInt32,
                                  systems: [(name: String, submit: (@escaping @Sendable () -> Void) throws -> Void)],
                                  into recs: inout [String: LatencyRecorder]) throws -> [String: Double] {
