@@ -15,23 +15,28 @@ struct LatencyRecorder {
     }
 }
 
-/// Submits one task at a time from this (outside) thread and measures how long it takes
-/// to start. `submit` must arrange for `started(now())` to be called by the task.
-private func sampleLatency(_ samples: Int, gapMicros: UInt32, into rec: inout LatencyRecorder,
-                           submit: (@escaping @Sendable () -> Void) throws -> Void) throws -> Double {
+/// Submits one task from this (outside) thread, after `gapMicros` in which the workers
+/// go idle (past their spin), and returns how long it took to start.
+private func sampleOnce(gapMicros: UInt32, submit: (@escaping @Sendable () -> Void) throws -> Void) throws -> UInt64 {
     let startedAt = Atomic<UInt64>(0)
     let done = DispatchSemaphore(value: 0)
+    usleep(gapMicros)
+    let t0 = now()
+    try submit {
+        startedAt.store(now(), ordering: .releasing)
+        done.signal()
+    }
+    guard done.wait(timeout: .now() + 10) == .success else { throw BenchFailure("latency: a task never started") }
+    return startedAt.load(ordering: .acquiring) &- t0
+}
+
+/// Submits one task at a time, `samples` of them, and returns their median start latency.
+private func sampleLatency(_ samples: Int, gapMicros: UInt32, into rec: inout LatencyRecorder,
+                           submit: (@escaping @Sendable () -> Void) throws -> Void) throws -> Double {
     var values: [Double] = []
     values.reserveCapacity(samples)
     for _ in 0..<samples {
-        usleep(gapMicros) // let the workers go idle (past their spin) between samples
-        let t0 = now()
-        try submit {
-            startedAt.store(now(), ordering: .releasing)
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + 10) == .success else { throw BenchFailure("latency: a task never started") }
-        let d = startedAt.load(ordering: .acquiring) &- t0
+        let d = try sampleOnce(gapMicros: gapMicros, submit: submit)
         rec.record(d)
         values.append(Double(d))
     }
@@ -51,10 +56,9 @@ private func sampleLatencyInTurn(_ samples: Int, gapMicros: UInt32,
     for round in 0..<samples {
         for k in 0..<systems.count {
             let s = systems[(round + k) % systems.count]
-            var rec = recs[s.name] ?? LatencyRecorder()
-            let p50 = try sampleLatency(1, gapMicros: gapMicros, into: &rec, submit: s.submit)
-            recs[s.name] = rec
-            values[s.name, default: []].append(p50)
+            let d = try sampleOnce(gapMicros: gapMicros, submit: s.submit)
+            recs[s.name, default: LatencyRecorder()].record(d)
+            values[s.name, default: []].append(Double(d))
         }
     }
     return values.mapValues(median)
