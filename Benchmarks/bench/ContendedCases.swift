@@ -1,3 +1,4 @@
+import BenchSupport
 import Dispatch
 import Foundation
 import Spindle
@@ -11,14 +12,21 @@ import Synchronization
 /// submitters (1, 4, 16), so that a system whose hand-off serialises its submitters
 /// (one lock, one shared counter) shows it as the count grows. Spindle is measured
 /// twice: `ThreadPool.submit`, and `OperationQueue.addOperation` on one queue of the
-/// default width that every submitter shares.
+/// default width that every submitter shares. Beside them, `submit-object-local`: `submit`
+/// with one object of a `BlockOperation`'s size per closure, made by the submitter and
+/// freed by it once the closure has marked it done, 64 or more behind, as the queue
+/// frees its operations (`pool-submit-object-local` in `operation-throughput`): the least
+/// an object per operation costs at each number of submitters. What a submitter still
+/// keeps when it stops adding is freed after the timing, where the queue's drain frees
+/// its rest within it, so it is a lower bound.
 func contendedCases(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) throws -> [CaseResult] {
     var out: [CaseResult] = []
     for submitters in [1, 4, 16] {
         let per = max(1, tasks / submitters)
         let name = "contended-\(submitters)"
         out.append(try measure(name, tasks: per * submitters, reps: reps, reference: "dispatch",
-                               alsoVs: [("spindle", "nio"), ("spindle-queue", "spindle")], [
+                               alsoVs: [("spindle", "nio"), ("spindle-queue", "spindle"),
+                                        ("spindle-queue", "submit-object-local")], [
             SystemRun(name: "spindle") {
                 try contendedRun(name, "spindle", submitters: submitters, each: per) { work in
                     { for _ in 0..<per { try pool.submit(work) } }
@@ -29,6 +37,36 @@ func contendedCases(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) throw
                 return try contendedRun(name, "spindle-queue", submitters: submitters, each: per) { work in
                     { for _ in 0..<per { queue.addOperation(work) } }
                 }
+            },
+            SystemRun(name: "submit-object-local") {
+                let handedOff = HandedOff()
+                let t = try contendedRun(name, "submit-object-local", submitters: submitters, each: per) { work in
+                    // A global, so that each block captures its object and nothing else.
+                    contendedFloorWork = work
+                    return {
+                        var kept = ObjectsFreedWhereMade(capacity: per)
+                        do {
+                            for i in 0..<per {
+                                // Not Sendable (ManagedBuffer never is); the block only
+                                // marks it, and its maker reads the mark before freeing it.
+                                nonisolated(unsafe) let object = kept.make(i)
+                                try pool.submit {
+                                    object.markDone()
+                                    contendedFloorWork()
+                                }
+                                kept.freeMarked()
+                            }
+                        } catch {
+                            handedOff.add(kept.handOff())
+                            throw error
+                        }
+                        handedOff.add(kept.handOff())
+                    }
+                }
+                // Every block has run; the submitters' objects are freed here, outside
+                // the timing, once each has handed its own over.
+                handedOff.waitFor(submitters)
+                return t
             },
             SystemRun(name: "dispatch") {
                 try contendedRun(name, "dispatch", submitters: submitters, each: per) { work in
@@ -42,9 +80,28 @@ func contendedCases(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) throw
             },
         ]))
         out[out.count - 1].note = "\(submitters) submitting thread\(submitters == 1 ? "" : "s"), \(per) closures each; "
-            + "spindle-queue: OperationQueue.addOperation on one shared queue of the default width"
+            + "spindle-queue: OperationQueue.addOperation on one shared queue of the default width; "
+            + "submit-object-local: submit with one object of an operation's size per closure, freed by its submitter "
+            + "once marked done, as the queue frees its operations: the least an object per operation costs"
     }
     return out
+}
+
+/// `submit-object-local`'s closure to run after marking the object: set before its
+/// submitters start, read by the blocks they submit.
+nonisolated(unsafe) private var contendedFloorWork: @Sendable () -> Void = {}
+
+/// `submit-object-local`'s objects that each submitter still kept when it stopped
+/// adding: freed with this, after the timing.
+private final class HandedOff: Sendable {
+    private let kept = Mutex<[KeptObjects]>([])
+
+    func add(_ rest: KeptObjects) { kept.withLock { $0.append(rest) } }
+
+    /// Returns once `count` submitters have handed theirs over.
+    func waitFor(_ count: Int) {
+        while kept.withLock({ $0.count }) < count { sched_yield() }
+    }
 }
 
 /// Starts `submitters` threads, each with the loop `makeLoop` builds around the

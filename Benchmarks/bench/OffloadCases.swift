@@ -1,3 +1,4 @@
+import BenchSupport
 import Dispatch
 import Foundation
 import NIOPosix
@@ -14,6 +15,36 @@ final class NIOPeer: Sendable {
     }
 
     func shutdown() throws { try pool.syncShutdownGracefully() }
+}
+
+/// `bare-offload`: the offload of `BenchSupport/offload.c`, threads of its own with a
+/// ring each and nothing of a pool, started once for the case.
+final class BareOffload: @unchecked Sendable {
+    // @unchecked: `raw` is set once; the C side is safe to call from any thread.
+    private let raw: OpaquePointer
+
+    init() throws {
+        guard let raw = unsafe bench_offload_create() else {
+            throw BenchFailure("async-offload: bare-offload could not start its threads (errno \(errno))")
+        }
+        self.raw = raw
+    }
+
+    deinit { bench_offload_destroy(raw) }
+
+    /// `offloadWork(input)` on one of the bare offload's threads, which resumes the task
+    /// with its result: the least an offload to another set of threads does.
+    func run(_ input: Int) async -> Int {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Int, Never>) in
+            // An unsafe continuation is one reference to the task: it travels as the
+            // context word and is resumed exactly once, by the thread that runs the work.
+            let context = unsafeBitCast(continuation, to: UnsafeMutableRawPointer.self)
+            bench_offload_submit(raw, { context, input in
+                let continuation = unsafeBitCast(context, to: UnsafeContinuation<Int, Never>.self)
+                continuation.resume(returning: offloadWork(input))
+            }, context, input)
+        }
+    }
 }
 
 /// Runs `body` on a task and waits for it on this (outside) thread: the cases' systems
@@ -82,15 +113,18 @@ func asyncOffloadCase(pool: ThreadPool, nio: NIOPeer, tasks: Int, reps: Int) thr
         }
     }
     let queue = Spindle.OperationQueue()
+    let bare = try BareOffload()
     var result = try measure("async-offload", tasks: total, reps: reps, reference: "nio",
-                             alsoVs: [("spindle", "detached"), ("spindle-preferred", "detached")], [
+                             alsoVs: [("spindle", "detached"), ("spindle", "bare-offload"),
+                                      ("bare-offload", "detached"), ("spindle-preferred", "detached")], [
         system("spindle") { i in try await pool.run { offloadWork(i) } },
         system("spindle-queue") { i in try await queue.run { offloadWork(i) } },
         system("spindle-preferred", preferring: pool) { i in try await pool.run { offloadWork(i) } },
         system("nio") { i in try await nio.pool.runIfActive { offloadWork(i) } },
         system("detached") { i in await Task.detached { offloadWork(i) }.value },
+        system("bare-offload") { i in await bare.run(i) },
         system("inline") { i in offloadWork(i) },
     ])
-    result.note = "\(concurrency) tasks, each awaiting \(perTask) offloads in turn; spindle-queue: an OperationQueue's run; spindle-preferred: the tasks prefer the pool as their executor, so each run is a call on the worker the task runs on; inline: the work called in the task, no offload"
+    result.note = "\(concurrency) tasks, each awaiting \(perTask) offloads in turn; spindle-queue: an OperationQueue's run; spindle-preferred: the tasks prefer the pool as their executor, so each run is a call on the worker the task runs on; bare-offload: the plainest offload to threads of its own (a ring each, 50 µs of looking again, a futex sleep), what the two hand-offs cost by themselves; inline: the work called in the task, no offload"
     return result
 }

@@ -84,7 +84,7 @@ nonisolated(unsafe) var poolSubmitObjectBytes: Int?
 /// `pool-submit-object`'s object: one allocation of the size the runtime allocates for
 /// a `BlockOperation` (its malloc size class), so that the system pays an operation's
 /// allocation and free and nothing else of it — or of `--object-bytes`.
-private final class OperationSized: ManagedBuffer<Int, UInt8> {
+final class OperationSized: ManagedBuffer<Int, UInt8> {
     /// The bytes malloc gives a BlockOperation here, read from a live one.
     static let bytes: Int = {
         if let given = poolSubmitObjectBytes { return given }
@@ -94,6 +94,12 @@ private final class OperationSized: ManagedBuffer<Int, UInt8> {
     /// The elements that make this class's allocation that size (its own header and
     /// the `Int` one come first).
     static let capacity = max(1, bytes - 2 * MemoryLayout<Int>.size - MemoryLayout<Int>.size)
+
+    /// Marks the object done for an `ObjectsFreedWhereMade` that keeps it: the marking
+    /// thread's last access to it.
+    func markDone() {
+        withUnsafeMutablePointerToElements { bench_flag_set($0) }
+    }
 
     static func make(_ index: Int) -> OperationSized {
         // The cast cannot fail: `create` on a subclass makes an instance of it.
@@ -106,13 +112,12 @@ private func poolSubmitObjectBlock(_ object: OperationSized) {
     poolSubmitBlock(object.header)
 }
 
-/// `pool-submit-object-local`'s block: marks its object done, its last access to it,
-/// then does what `pool-submit`'s does. `flag` is the address of a byte inside the object,
-/// which the adding thread keeps alive until it reads the mark.
+/// `pool-submit-object-local`'s block: marks its object done, then does what
+/// `pool-submit`'s does.
 @inline(never)
-private func poolSubmitLocalObjectBlock(_ flag: Int) {
-    bench_flag_set(UnsafeMutableRawPointer(bitPattern: flag))
-    poolSubmitBlock(flag)
+private func poolSubmitLocalObjectBlock(_ object: OperationSized) {
+    object.markDone()
+    poolSubmitBlock(object.header)
 }
 
 @inline(never)
@@ -141,13 +146,14 @@ private func poolSubmitBlock(_ index: Int) {
 /// thread instead (`OperationQueue.State.prune`), so a capturing block would measure
 /// that difference rather than the hand-off.
 ///
-/// `object`: what each block gets besides its `Int`.
+/// `object`: what each block captures instead of its `Int`. A closure that captures one
+/// object and nothing else uses that object as its context, so the object takes the
+/// place of the block's context: one allocation per block either way, and what differs
+/// is its size and the thread that frees it.
 /// - `.freedByWorker`: an `OperationSized` made by the adding thread, which the block
-///   holds. A closure that captures one object and nothing else uses it as its context,
-///   so this adds the object's allocation and nothing more; the worker frees it with the
-///   block.
-/// - `.freedWhereMade`: an `OperationSized` that the adding thread keeps, in order, and
-///   the block only marks done (a release store into it). The adding thread frees the
+///   holds; the worker frees it with the block, as it frees `pool-submit`'s contexts.
+/// - `.freedWhereMade`: an `OperationSized` that the adding thread also keeps, in order,
+///   and the block marks done (a release store into it). The adding thread frees the
 ///   oldest ones once they are marked and 64 or more behind, at most two per block added,
 ///   and the rest after the wait, as `OperationQueue.State.prune` frees finished
 ///   operations: the malloc and free stay on one thread, and what the worker wrote comes
@@ -160,11 +166,7 @@ private func poolSubmitRun(_ tasks: Int, name: String, object mode: PerBlockObje
     poolSubmitUnfinished.store(0, ordering: .relaxed)
     poolSubmitRemaining.store(tasks, ordering: .relaxed)
     _ = OperationSized.capacity
-    // `.freedWhereMade`'s objects, oldest first, each retained once: plain memory, so
-    // that keeping them costs a store and no array's checks.
-    let kept = UnsafeMutablePointer<Unmanaged<OperationSized>>.allocate(capacity: mode == .freedWhereMade ? tasks : 0)
-    defer { kept.deallocate() }
-    var oldest = 0
+    var kept = ObjectsFreedWhereMade(capacity: mode == .freedWhereMade ? tasks : 0)
     let t = try timed {
         switch mode {
         case .freedByWorker:
@@ -178,23 +180,11 @@ private func poolSubmitRun(_ tasks: Int, name: String, object mode: PerBlockObje
         case .freedWhereMade:
             for i in 0..<tasks {
                 poolSubmitUnfinished.add(1, ordering: .sequentiallyConsistent)
-                let object = Unmanaged.passRetained(OperationSized.make(i))
-                // The elements are uninitialised memory, possibly a freed object's set flag.
-                let flag = object._withUnsafeGuaranteedRef { o in
-                    o.withUnsafeMutablePointerToElements { elements in
-                        elements.initialize(to: 0)
-                        return Int(bitPattern: UnsafeMutableRawPointer(elements))
-                    }
-                }
-                (kept + i).initialize(to: object)
-                try pool.submit { poolSubmitLocalObjectBlock(flag) }
-                var freed = 0
-                while freed < 2, i - oldest >= 64,
-                      kept[oldest]._withUnsafeGuaranteedRef({ $0.withUnsafeMutablePointerToElements { bench_flag_is_set($0) } }) {
-                    kept[oldest].release()
-                    oldest += 1
-                    freed += 1
-                }
+                // Not Sendable (ManagedBuffer never is); the block only marks it and reads
+                // its header, and the adding thread reads the mark before freeing it.
+                nonisolated(unsafe) let object = kept.make(i)
+                try pool.submit { poolSubmitLocalObjectBlock(object) }
+                kept.freeMarked()
             }
         case .none:
             for i in 0..<tasks {
@@ -203,15 +193,93 @@ private func poolSubmitRun(_ tasks: Int, name: String, object mode: PerBlockObje
             }
         }
         poolSubmitDone.wait()
-        if mode == .freedWhereMade {
-            while oldest < tasks { kept[oldest].release(); oldest += 1 }
-        }
+        kept.freeAll()
     }.ns
     // The count's last decrement precedes the signal, so it is already zero.
     guard poolSubmitRemaining.load(ordering: .acquiring) == 0, poolSubmitUnfinished.load(ordering: .acquiring) == 0 else {
         throw BenchFailure("\(name): pool-submit lost tasks")
     }
     return t
+}
+
+/// `pool-submit-object-local`'s objects, and the contended floor's: each made by one
+/// thread, kept in order, marked done by the block that uses it (a release store into
+/// it), and freed by the same thread once marked and 64 or more behind, at most two per
+/// object made, as `OperationQueue.State.prune` frees finished operations. Used by one
+/// thread; a struct, so that the loop that uses it keeps its counts in registers.
+struct ObjectsFreedWhereMade: ~Copyable {
+    // Each retained once: plain memory, so that keeping them costs a store and no
+    // array's checks.
+    private let kept: UnsafeMutablePointer<Unmanaged<OperationSized>>
+    private let capacity: Int
+    private var made = 0
+    private var oldest = 0
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        kept = .allocate(capacity: capacity)
+    }
+
+    /// Makes the next object and returns it, for a block that captures it and nothing
+    /// else (the closure's context is then the object itself, no allocation of its own)
+    /// and marks it done with ``OperationSized/markDone()``.
+    mutating func make(_ index: Int) -> OperationSized {
+        precondition(made < capacity)
+        let object = OperationSized.make(index)
+        // The elements are uninitialised memory, possibly a freed object's set flag.
+        object.withUnsafeMutablePointerToElements { $0.initialize(to: 0) }
+        (kept + made).initialize(to: Unmanaged.passRetained(object))
+        made += 1
+        return object
+    }
+
+    /// Frees up to two of the oldest objects, if marked and 64 or more behind the newest.
+    mutating func freeMarked() {
+        var freed = 0
+        while freed < 2, made - 1 - oldest >= 64,
+              kept[oldest]._withUnsafeGuaranteedRef({ $0.withUnsafeMutablePointerToElements { bench_flag_is_set($0) } }) {
+            kept[oldest].release()
+            oldest += 1
+            freed += 1
+        }
+    }
+
+    /// Frees every object still kept; their blocks must have run.
+    mutating func freeAll() {
+        while oldest < made { kept[oldest].release(); oldest += 1 }
+    }
+
+    /// Hands what is still kept to an object that frees it when released: for a thread
+    /// that stops adding before its blocks have run.
+    consuming func handOff() -> KeptObjects {
+        let rest = KeptObjects(kept, from: oldest, to: made)
+        discard self
+        return rest
+    }
+
+    deinit {
+        for i in oldest..<made { kept[i].release() }
+        kept.deallocate()
+    }
+}
+
+/// Objects an `ObjectsFreedWhereMade` still kept when it was handed off: freed with this
+/// object, which its owner releases once every block has run.
+final class KeptObjects: @unchecked Sendable {
+    // @unchecked: made by one thread, then only released, after the blocks that mark the
+    // objects have run.
+    private let kept: UnsafeMutablePointer<Unmanaged<OperationSized>>
+    private let range: Range<Int>
+
+    fileprivate init(_ kept: UnsafeMutablePointer<Unmanaged<OperationSized>>, from: Int, to: Int) {
+        self.kept = kept
+        range = from..<to
+    }
+
+    deinit {
+        for i in range { kept[i].release() }
+        kept.deallocate()
+    }
 }
 
 /// N `add { }` on `queue` from this thread, then `wait`; the same for either queue type.

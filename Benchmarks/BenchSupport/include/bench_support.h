@@ -27,6 +27,21 @@ void bench_handoff_submit(bench_handoff *h, void (*fn)(void *), void *ctx);
 /* Stops and joins the threads. */
 void bench_handoff_destroy(bench_handoff *h);
 
+/* The bare offload that `async-offload` reports beside Spindle (offload.c): one thread
+ * per allowed CPU, each with a bounded ring that the submissions fill in turn, 50 us of
+ * looking again (yielding between looks) on an empty ring, then a futex sleep. No pool
+ * around it: what an offload to a second set of threads pays by itself. */
+typedef struct bench_offload bench_offload;
+
+/* NULL on failure (errno set). */
+bench_offload *bench_offload_create(void);
+
+/* Runs fn(ctx, arg) on one of the threads, each submission on the next thread. */
+void bench_offload_submit(bench_offload *h, void (*fn)(void *, intptr_t), void *ctx, intptr_t arg);
+
+/* Stops and joins the threads, which must have nothing left to run. */
+void bench_offload_destroy(bench_offload *h);
+
 /* Has glibc merge the small chunks freed into its fast bins (every arena) now, outside
  * a timed region (heap.c). glibc defers that merge until a later large request or
  * large free needs it, and then merges them all at once, in whichever thread asked:
