@@ -190,7 +190,8 @@ void bench_offload_submit(bench_offload *h, void (*fn)(void *, intptr_t), void *
 void bench_offload_destroy(bench_offload *h) {
     for (int i = 0; i < h->n; i++) {
         ring *r = &h->rings[i];
-        /* Release pairs with the thread's acquire load of `stop`. */
+        /* seq_cst, then the exchange: the other half of ring_main's Dekker pair, so
+         * the thread either reads `stop` before it sleeps or is seen asleep and woken. */
         atomic_store_explicit(&r->stop, 1, memory_order_seq_cst);
         if (atomic_exchange_explicit(&r->sleeping, 0, memory_order_seq_cst))
             syscall(SYS_futex, &r->sleeping, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
