@@ -9,8 +9,16 @@
 # in Swift), which a plain release build leaves out; both are defined here, so the
 # seams are compiled into the optimized build as they are into a debug one.
 # `-enable-testing` lets `@testable import` see internal symbols. The build goes to its
-# own scratch path, beside the debug one. Arguments go to scripts/test.sh (e.g. --filter).
+# own scratch path, beside the debug one; with a sanitizer (`--sanitize=thread`, with
+# SPINDLE_TSAN=1 as for the debug build), to one of that sanitizer's. Arguments go to
+# scripts/test.sh (e.g. --filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scratch=.build-optimized
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize=*) scratch=".build-optimized-${arg#--sanitize=}" ;;
+  esac
+done
 exec scripts/test.sh -c release -Xswiftc -enable-testing -Xswiftc -DDEBUG -Xcc -DSPINDLE_TESTING \
-  --scratch-path .build-optimized "$@"
+  --scratch-path "$scratch" "$@"
