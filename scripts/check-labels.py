@@ -19,6 +19,8 @@ a range (`P1-P7`, `T1–T3`, which cite every label between).
 4. Every label docs/architecture.md names is defined in the code, and a range its
    tables name (`R1–R7`) reaches the last label of that family: the map is what a
    newcomer reads first.
+5. The README's table of models lists every model in Tests/Models with the number of
+   mutants it names, and the Reliability table counts them.
 
 Words that look like labels and are not: L3 (the cache), C11 (the language standard).
 """
@@ -137,6 +139,25 @@ for number, line in enumerate(arch.read_text().splitlines(), 1):
 for l, name, where in named_files:
     if l in defined and not any(f.endswith("/" + name) for f in defined[l]):
         failures.append(f"{where}: cites {name}'s {l}, which {', '.join(sorted(defined[l]))} defines")
+# The README's table of models lists every model, with as many mutants as the model
+# names (scripts/model-check.sh runs each `-DMUTANT...` in its file), and its summary row
+# counts them all.
+readme = (root / "README.md").read_text()
+table = dict(re.findall(r"^\| `([a-z_]+\.pml)` \|.*\| (\d+) \|$", readme, re.M))
+models = {m.name: len(set(re.findall(r"-DMUTANT[A-Z_]*", m.read_text())))
+          for m in sorted((root / "Tests/Models").glob("*.pml"))}
+for name, mutants in models.items():
+    if name not in table:
+        failures.append(f"README.md: the table of models does not list {name}")
+    elif int(table[name]) != mutants:
+        failures.append(f"README.md: the table of models gives {name} {table[name]} mutants; it names {mutants}")
+for name in table:
+    if name not in models:
+        failures.append(f"README.md: the table of models lists {name}, which Tests/Models does not have")
+summary = re.search(r"(\d+) models, [^|]*?; (\d+) mutants, each caught", readme)
+if not summary or (int(summary.group(1)), int(summary.group(2))) != (len(models), sum(models.values())):
+    failures.append(f"README.md: the Reliability table should count {len(models)} models and "
+                    f"{sum(models.values())} mutants")
 if failures:
     print("\n".join(sorted(set(failures), key=failures.index)))
     sys.exit(1)
