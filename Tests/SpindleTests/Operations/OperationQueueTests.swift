@@ -8,7 +8,12 @@ import XCTest
 final class Log: Sendable {
     let entries = Mutex<[String]>([])
     func add(_ s: String) { entries.locked { $0.append(s) } }
-    var all: [String] { entries.locked { $0 } }
+    /// What has been recorded so far, in storage of its own. A copy sharing the
+    /// recorded array's storage would be read outside the lock while a later `add`,
+    /// finding the storage unshared once the copy is gone, appends to it in place: the
+    /// only order between the two is the copy's release and the append's uniqueness
+    /// check, reference counting that ThreadSanitizer does not see.
+    var all: [String] { entries.locked { $0.map { $0 } } }
 }
 
 /// Tracks how many closures run at once.
