@@ -38,8 +38,9 @@
 enum { SLOTS = 1024, SPIN_NS = 50000 };
 
 typedef struct {
-    /* Position + 1 once the slot holds that position's task; position + SLOTS once
-     * the consumer has taken it and the slot is free for the next lap. */
+    /* A position while the slot is free for that position's producer; position + 1
+     * once it holds that position's task; position + SLOTS once the consumer has
+     * taken it, which frees it for the next lap. */
     _Atomic size_t seq;
     void (*fn)(void *, intptr_t);
     void *ctx;

@@ -95,8 +95,9 @@ final class OperationSized: ManagedBuffer<Int, UInt8> {
     /// the `Int` one come first).
     static let capacity = max(1, bytes - 2 * MemoryLayout<Int>.size - MemoryLayout<Int>.size)
 
-    /// Marks the object done for an `ObjectsFreedWhereMade` that keeps it: the marking
-    /// thread's last access to it.
+    /// Marks the object done, for the `ObjectsFreedWhereMade` that keeps it: its accesses
+    /// before the mark happen before the maker frees it. (The block's own reference,
+    /// released after, keeps the object until then if the maker's goes first.)
     func markDone() {
         withUnsafeMutablePointerToElements { bench_flag_set($0) }
     }
