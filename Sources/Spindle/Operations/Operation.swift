@@ -58,14 +58,24 @@ open class Operation: @unchecked Sendable {
     // Layout. Every operation is one allocation of this class's size, which the adding
     // thread makes and, when the queue drains on a worker, another thread frees: its
     // bytes are paid in memory traffic, page faults as a backlog grows, and allocator
-    // work. So the stored properties are declared where they leave no padding — the
-    // byte-sized atomics right after `guarded`, whose struct ends in bytes, and the
-    // 8-byte words after them — and the words that need fewer bits are narrower
-    // (`priorityWord`, `QueueSync.pins`). Swift lays stored properties out in
-    // declaration order; the bench prints a BlockOperation's allocation size.
+    // work. So the stored properties are declared where they leave no padding, and the
+    // words that need fewer bits are narrower (`priorityWord`, `QueueSync.pins`).
+    // Swift lays stored properties out in declaration order; the bench prints a
+    // BlockOperation's allocation size.
+    //
+    // The order also keeps what a worker writes together. The adding thread frees an
+    // operation some way behind the workers (`OperationQueue.State.prune`) and makes
+    // the next one in the same memory, so every cache line a worker wrote comes back
+    // to it: read when the list lets the operation go, written again when the next
+    // one is made. The worker writes the engine node's link (when it empties the
+    // injector), the phase and finish flags, `execWord`, and `queueSync`'s `done` and
+    // `runState` (its first bytes). Declared one after another from the node on, they
+    // span 43 bytes: one cache line or two, 1.5 on average over the four places a
+    // 16-byte-aligned object can start in a line. With `guarded` between the node and
+    // the flags they would span 99 bytes, and two or three lines. The flags no worker
+    // writes fill the bytes after `guarded`, whose struct ends in bytes.
+    // (OperationLayoutTests checks the span.)
 
-    /// Everything not listed below, under one lock (see `OperationState.swift`).
-    let guarded = Mutex(Guarded())
     /// ``Phase``: pending → executing → finished (see `OperationLifecycle.swift`).
     let phase = Atomic<UInt8>(Phase.pending.rawValue)
     let cancelledFlag = Atomic<Bool>(false)
@@ -76,17 +86,6 @@ open class Operation: @unchecked Sendable {
     /// Set while the owning queue is calling `start()`, so a manual `start()` of a
     /// queued operation can be told apart and refused.
     let startedByQueue = Atomic<Bool>(false)
-    /// Flags that let the common operation skip a lock: it has no observers, no
-    /// waiters, no priority of its own, nothing for the finish to hand on under the
-    /// lock, no dependency ever (each is explained where it is read).
-    let hasObservers = Atomic<Bool>(false)
-    let hasWaiters = Atomic<Bool>(false)
-    let hasOwnPriority = Atomic<Bool>(false)
-    let needsFinishLock = Atomic<Bool>(false)
-    let hadDependencies = Atomic<Bool>(false)
-    /// Set once the out-of-line fields are made (`Guarded.extrasWord`): deinit then
-    /// releases them.
-    let hasExtras = Atomic<Bool>(false)
     /// The class a promotion raised this operation to (a `ClassRank`; 0: none), and
     /// where its run stands: submitted at a class, moved to a higher one, running on a
     /// thread at a class, done. See `Promotion.swift` (P1-P7).
@@ -100,6 +99,21 @@ open class Operation: @unchecked Sendable {
     /// thread: which queue, the pins on that link, and who still needs the queue
     /// list's reference (see `QueueFields.swift`).
     let queueSync = QueueSync()
+
+    /// Everything not listed here, under one lock (see `OperationState.swift`).
+    let guarded = Mutex(Guarded())
+    /// Flags that let the common operation skip a lock: it has no observers, no
+    /// waiters, no priority of its own, nothing for the finish to hand on under the
+    /// lock, no dependency ever (each is explained where it is read).
+    let hasObservers = Atomic<Bool>(false)
+    let hasWaiters = Atomic<Bool>(false)
+    let hasOwnPriority = Atomic<Bool>(false)
+    let needsFinishLock = Atomic<Bool>(false)
+    let hadDependencies = Atomic<Bool>(false)
+    /// Set once the out-of-line fields are made (`Guarded.extrasWord`): deinit then
+    /// releases them.
+    let hasExtras = Atomic<Bool>(false)
+
     /// The fields that belong to its queue and are written only under that queue's
     /// lock: its place in the queue's list and what the queue did with it (see
     /// `QueueFields.swift`). Their synchronisation is that lock, so Swift's dynamic

@@ -26,16 +26,9 @@ import Synchronization
 
 /// The atomics an operation's queue reads and writes from any thread.
 struct QueueSync: ~Copyable {
-    /// The queue (its address; 0: none). Read without reference counting: valid while
-    /// the operation is unfinished (the queue holds itself: QueueMembership.swift), then
-    /// for as long as `queueReference` is set. One the program added clears it when it
-    /// has finished (`dropQueue`).
-    let word = Atomic<UInt>(0)
-    /// Pins on `word` (Q1-Q3), in the low bits, and the two flags. A pin is held only
-    /// inside `withPinnedQueue`, so the count stays far below the flags.
-    let pins = Atomic<UInt32>(0)
-    static let pinsCleared: UInt32 = 1 << 30
-    static let pinsReleased: UInt32 = 1 << 31
+    // The bytes first, then `pins` and `word`, without padding: a worker sets `done` and
+    // `runState` on every operation, and the operation keeps what workers write within
+    // as few cache lines as it can (see its layout note).
     /// Set when the queue takes this operation as ready: exactly once (Readiness.swift,
     /// R3). Written only under the queue's lock (so a plain store suffices); read
     /// anywhere as a hint.
@@ -56,6 +49,16 @@ struct QueueSync: ~Copyable {
     let runState = Atomic<UInt8>(0)
     static let runnerDone: UInt8 = 1
     static let listGone: UInt8 = 2
+    /// Pins on `word` (Q1-Q3), in the low bits, and the two flags. A pin is held only
+    /// inside `withPinnedQueue`, so the count stays far below the flags.
+    let pins = Atomic<UInt32>(0)
+    static let pinsCleared: UInt32 = 1 << 30
+    static let pinsReleased: UInt32 = 1 << 31
+    /// The queue (its address; 0: none). Read without reference counting: valid while
+    /// the operation is unfinished (the queue holds itself: QueueMembership.swift), then
+    /// for as long as `queueReference` is set. One the program added clears it when it
+    /// has finished (`dropQueue`).
+    let word = Atomic<UInt>(0)
 }
 
 /// The fields an operation's queue writes under its lock.
