@@ -72,8 +72,9 @@ open class Operation: @unchecked Sendable {
     // `runState` (its first bytes). Declared one after another from the node on, they
     // span 43 bytes: one cache line or two, 1.5 on average over the four places a
     // 16-byte-aligned object can start in a line. With `guarded` between the node and
-    // the flags they would span 99 bytes, and two or three lines. The flags no worker
-    // writes fill the bytes after `guarded`, whose struct ends in bytes.
+    // the flags they would span 99 bytes, and two or three lines. The other flags fill
+    // the bytes before `execWord` (`cancelledFlag`, `promotedRank` and `priorityWord`,
+    // which a worker at most reads) and after `guarded`, whose struct ends in bytes.
     // (OperationLayoutTests checks the span.)
 
     /// ``Phase``: pending → executing → finished (see `OperationLifecycle.swift`).
