@@ -85,11 +85,13 @@ nonisolated(unsafe) var poolSubmitObjectBytes: Int?
 /// a `BlockOperation` (its malloc size class), so that the system pays an operation's
 /// allocation and free and nothing else of it — or of `--object-bytes`.
 final class OperationSized: ManagedBuffer<Int, UInt8> {
-    /// The bytes malloc gives a BlockOperation here, read from a live one.
+    /// The bytes malloc gives a BlockOperation here, read from live ones: the least of
+    /// several, since a chunk that malloc split off a larger free one can carry a
+    /// remainder too small to split again, and then reads larger than its size class.
     static let bytes: Int = {
         if let given = poolSubmitObjectBytes { return given }
-        let probe = Spindle.BlockOperation {}
-        return bench_allocation_size(Unmanaged.passUnretained(probe).toOpaque())
+        let probes = (0..<32).map { _ in Spindle.BlockOperation {} }
+        return probes.map { bench_allocation_size(Unmanaged.passUnretained($0).toOpaque()) }.min()!
     }()
     /// The elements that make this class's allocation that size (its own header and
     /// the `Int` one come first).
