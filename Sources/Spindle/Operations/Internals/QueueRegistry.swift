@@ -54,12 +54,16 @@ extension OperationQueue.State {
     /// Unlinks finished operations, amortised O(1) per operation added, keeping at
     /// most ~2× the unfinished operations (+256) referenced:
     /// - on every call past 64 finished ones, up to two finished operations among
-    ///   the first four (operations finish roughly in the order they were added; the
-    ///   look-ahead steps over one that runs long, or one a preempted worker holds);
+    ///   the first four (the look-ahead steps over one that runs long, or one a
+    ///   preempted worker holds);
     /// - the whole list once it holds more than twice the unfinished ones plus 256.
     ///   The slack matters: when the count of unfinished operations swings between 0
     ///   and a few dozen (two workers keeping up with one producer), a tighter
     ///   threshold sets off a sweep every few adds, each step a cache miss.
+    ///
+    /// Pool workers take operations from both ends of each batch, so the first four
+    /// are often unfinished and most operations are released by sweeps; a sweep
+    /// bounded per add, resumed at the next, measured slower (docs/performance.md).
     ///
     /// The finished operations are kept 64 behind the workers, and one is taken
     /// only once its runner is done with it (`QueueSync.runState`) and no ready ring
