@@ -61,9 +61,10 @@ extension OperationQueue.State {
     ///   and a few dozen (two workers keeping up with one producer), a tighter
     ///   threshold sets off a sweep every few adds, each step a cache miss.
     ///
-    /// Pool workers take operations from both ends of each batch, so the first four
-    /// are often unfinished and most operations are released by sweeps; a sweep
-    /// bounded per add, resumed at the next, measured slower (docs/performance.md).
+    /// In a queue wider than one, pool workers take operations from both ends of each
+    /// batch, so the first four are often unfinished and most operations are released
+    /// by sweeps; a sweep bounded per add, resumed at the next, measured slower
+    /// (docs/performance.md).
     ///
     /// The finished operations are kept 64 behind the workers, and one is taken
     /// only once its runner is done with it (`QueueSync.runState`) and no ready ring
