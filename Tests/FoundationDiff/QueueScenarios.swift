@@ -143,8 +143,15 @@ func queueScenarios() {
         q.waitUntilAllOperationsAreFinished()
     }
 
+    // The progress scenarios run their operations one at a time. Foundation on Linux's
+    // `Progress` takes no lock: two operations of a progress-reporting queue that run at
+    // once add and remove children of the queue's progress from two threads, and that
+    // race corrupts its set of children and crashes the Foundation side, or loses a
+    // count. Spindle serialises its own updates of the tree, and its suite checks them
+    // with operations that run at once (`testProgressCountsFinishedOperations`).
     do {
         let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
         q.isSuspended = true
         q.progress.totalUnitCount = 4
         for _ in 0..<3 { q.addOperation {} }
@@ -157,6 +164,7 @@ func queueScenarios() {
     do {
         // What progress counts: cancelled operations, and those added past the total.
         let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
         q.isSuspended = true
         q.progress.totalUnitCount = 3
         let ops = (0..<4).map { _ in BlockOperation {} }
@@ -165,6 +173,22 @@ func queueScenarios() {
         q.isSuspended = false
         q.waitUntilAllOperationsAreFinished()
         show("progress.cancelled-and-extra", [q.progress.totalUnitCount, q.progress.completedUnitCount])
+    }
+
+    do {
+        // Progress an operation makes while it runs is an implicit child of the
+        // operation's own: one that finishes counts the operation's unit, one left
+        // part-way does not, and what it reached shows in the queue's fraction.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        q.progress.totalUnitCount = 4
+        q.addOperation { let steps = Progress(totalUnitCount: 8); steps.completedUnitCount = 8 }
+        q.addOperation { let steps = Progress(totalUnitCount: 8); steps.completedUnitCount = 4 }
+        q.addOperation { log.add("current:\(Progress.current() != nil)") }
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("progress.implicit-children", [log.take(), "\(q.progress.completedUnitCount)", "\(q.progress.fractionCompleted)"])
     }
 
     do {

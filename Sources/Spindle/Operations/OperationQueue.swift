@@ -83,7 +83,8 @@ open class OperationQueue: @unchecked Sendable {
     /// added. Incremented after the barrier is counted in, decremented before it is
     /// counted out, so that `operationCount` errs high, never low.
     let pendingBarriers = Atomic<Int>(0)
-    /// Serialises the updates Spindle makes to the progress tree (`runReportingProgress`).
+    /// Serialises the updates Spindle makes to the queue's progress: an operation's unit,
+    /// added when its `main()` returns (`runReportingProgress`).
     let progressLock = NSLock()
     /// The quality of service assigned to the queue (its raw value; `Int.min`: none), for
     /// the operations made by ``addOperation(_:)-(()->Void)``, which take it on as theirs,
@@ -337,14 +338,24 @@ open class OperationQueue: @unchecked Sendable {
     /// Progress of the queue. Once `totalUnitCount` is set, every operation whose
     /// `main()` the queue runs to its end adds one completed unit, as with Foundation:
     /// not cancelled operations, barriers, or operations that override `start()`
-    /// without calling `super`. While `main()` runs, a progress of one unit, a child
-    /// of this one, is current on its thread (`Progress.current()`), so a `Progress`
-    /// the operation makes becomes its implicit child.
+    /// without calling `super`. While `main()` runs, a progress of one unit is current
+    /// on its thread (`Progress.current()`), so a `Progress` the operation makes becomes
+    /// its implicit child, and the operation's unit is added here when `main()` returns
+    /// with that progress complete. A progress `main()` leaves part-way joins this one
+    /// as a child then, so that its `fractionCompleted` shows how far it got.
+    ///
+    /// The queue's progress moves one operation at a time: the steps an operation
+    /// reports inside `main()` stay in its own progress until it returns. Foundation's
+    /// `Progress` on Linux has no lock, so a tree shared by operations that run at once
+    /// would be updated from several threads; Spindle makes every update of this one
+    /// under a lock of its own. Change `totalUnitCount` from a barrier block
+    /// (``addBarrierBlock(_:)``), as Apple's documentation advises.
     open var progress: Progress {
         hasProgress.store(true, ordering: .sequentiallyConsistent)
         return unsafe state.locked { s in
             if let p = unsafe s.progress { return p }
-            let p = Progress(totalUnitCount: 0)
+            // `parent: nil`: never an implicit child of a progress current on this thread.
+            let p = Progress(parent: nil)
             unsafe s.progress = p
             return p
         }

@@ -353,6 +353,45 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(q.progress.fractionCompleted, 1.0, accuracy: 1e-9)
     }
 
+    /// Operations of a progress-reporting queue released together run at once and add
+    /// and remove their children of the queue's progress from several threads. Foundation
+    /// on Linux's `Progress` has no lock of its own, so unserialised updates corrupt its
+    /// set of children (a crash) or lose a count; every round must count each operation.
+    func testProgressOfOperationsThatRunAtOnceCountsEachOfThem() {
+        for round in 0..<Stress.count(500) {
+            let q = OperationQueue()
+            q.isSuspended = true
+            q.progress.totalUnitCount = 5
+            for _ in 0..<4 { q.addOperation {} }
+            q.isSuspended = false
+            q.waitUntilAllOperationsAreFinished()
+            XCTAssertEqual(q.progress.completedUnitCount, 4, "round \(round)")
+            if q.progress.completedUnitCount != 4 { return }
+        }
+    }
+
+    /// The same, with each operation reporting its own steps through an implicit child
+    /// progress, as Apple's guide to `Progress` advises: the operations' updates of their
+    /// own trees must not race on the queue's.
+    func testOperationsReportingTheirOwnProgressAtOnceAreEachCounted() {
+        for round in 0..<Stress.count(300) {
+            let q = OperationQueue()
+            q.isSuspended = true
+            q.progress.totalUnitCount = 4
+            for _ in 0..<4 {
+                q.addOperation {
+                    let steps = Progress(totalUnitCount: 8)
+                    for _ in 0..<8 { steps.completedUnitCount += 1 }
+                }
+            }
+            q.isSuspended = false
+            q.waitUntilAllOperationsAreFinished()
+            XCTAssertEqual(q.progress.completedUnitCount, 4, "round \(round)")
+            XCTAssertEqual(q.progress.fractionCompleted, 1.0, accuracy: 1e-9, "round \(round)")
+            if q.progress.completedUnitCount != 4 { return }
+        }
+    }
+
     // MARK: current, main, underlying queue
 
     func testCurrentQueueInsideAndOutside() {

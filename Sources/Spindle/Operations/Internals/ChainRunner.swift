@@ -268,24 +268,43 @@ extension OperationQueue {
         }
     }
 
-    /// Runs `op`'s `main()` inside a progress of one unit, child of the queue's, when the
-    /// queue's progress has a total (see ``progress``).
+    /// Runs `op`'s `main()` with a progress of one unit current on its thread, when the
+    /// queue's progress has a total, and adds that unit to the queue's progress once
+    /// `main()` has returned with it complete, or the progress itself as a child when
+    /// `main()` left it part-way (see ``progress``).
+    ///
+    /// The operation's progress is not a child of the queue's while `main()` runs.
+    /// Foundation's `Progress` on Linux takes no lock, and a child passes each of its
+    /// updates up to its parent on the thread that makes it: operations that run at once
+    /// and step progress of their own would then update the queue's progress from
+    /// several threads, unserialised, losing counts or corrupting its set of children.
+    /// So each operation's tree stays its own, updated only by its own code, and only
+    /// the completed unit crosses to the queue's progress, under `progressLock`.
+    /// Rejected: attaching the child under the lock, as Foundation does without one;
+    /// the lock then covers the attachment but not the updates the operation makes.
     func runReportingProgress(_ op: Operation) {
         let parent = unsafe op is BarrierOperation ? nil : state.locked { unsafe $0.progress }
         guard let parent, parent.totalUnitCount > 0 else {
             op.main()
             return
         }
-        // Progress is not thread-safe on Linux: the tree's updates that Spindle makes
-        // are serialised by the queue's progress lock.
-        let child = progressLock.withLock { () -> Progress in
-            let child = Progress(totalUnitCount: 1)
-            parent.addChild(child, withPendingUnitCount: 1)
-            return child
-        }
-        child.becomeCurrent(withPendingUnitCount: 1)
+        // `parent: nil`: never an implicit child of whatever progress is current here.
+        let own = Progress(parent: nil)
+        own.totalUnitCount = 1
+        own.becomeCurrent(withPendingUnitCount: 1)
         op.main()
-        progressLock.withLock { child.resignCurrent() }
+        own.resignCurrent()
+        progressLock.withLock {
+            // Complete when main() made no progress of its own, or when what it made
+            // finished. Left part-way, it joins the queue's tree as a child, as with
+            // Foundation: the queue's fraction shows how far it got, and its unit is
+            // not counted.
+            if own.completedUnitCount >= own.totalUnitCount {
+                parent.completedUnitCount += 1
+            } else {
+                parent.addChild(own, withPendingUnitCount: 1)
+            }
+        }
     }
 }
 
