@@ -192,6 +192,20 @@ func queueScenarios() {
     }
 
     do {
+        // A queue's progress cancelled before its operations run: each operation's own
+        // progress, current inside main(), says so.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        q.progress.totalUnitCount = 2
+        q.progress.cancel()
+        for _ in 0..<2 { q.addOperation { log.add("\(Progress.current()?.isCancelled ?? false)") } }
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("progress.cancelled-before", [log.take(), "\(q.progress.completedUnitCount)"])
+    }
+
+    do {
         let q = OperationQueue()
         let ran = DispatchSemaphore(value: 0)
         q.addBarrierBlock { log.add("barrier:\(OperationQueue.current === q)"); ran.signal() }

@@ -345,7 +345,9 @@ open class OperationQueue: @unchecked Sendable {
     /// as a child then, so that its `fractionCompleted` shows how far it got.
     ///
     /// The queue's progress moves one operation at a time: the steps an operation
-    /// reports inside `main()` stay in its own progress until it returns. Foundation's
+    /// reports inside `main()` stay in its own progress until it returns, and the
+    /// operation's progress is cancelled or paused if this one was when `main()` began,
+    /// not if this one is cancelled or paused while it runs. Foundation's
     /// `Progress` on Linux has no lock, so a tree shared by operations that run at once
     /// would be updated from several threads; Spindle makes every update of this one
     /// under a lock of its own. Change `totalUnitCount` from a barrier block

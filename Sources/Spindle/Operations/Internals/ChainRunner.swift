@@ -291,6 +291,11 @@ extension OperationQueue {
         // `parent: nil`: never an implicit child of whatever progress is current here.
         let own = Progress(parent: nil)
         own.totalUnitCount = 1
+        // What a child takes from its parent when it is added: a queue's progress
+        // cancelled or paused before main() starts is seen from inside it.
+        let (cancelled, paused) = progressLock.withLock { (parent.isCancelled, parent.isPaused) }
+        if cancelled { own.cancel() }
+        if paused { own.pause() }
         own.becomeCurrent(withPendingUnitCount: 1)
         op.main()
         own.resignCurrent()
