@@ -1,3 +1,4 @@
+import CSpindle
 import Foundation
 import Synchronization
 import XCTest
@@ -66,13 +67,47 @@ final class ShutdownTests: XCTestCase {
         XCTAssertEqual(seen.locked { $0 }, [n, n, n], "a caller returned before the pool had stopped")
     }
 
+    /// Resubmits itself to the engine's pool directly, holding no reference to the
+    /// `ThreadPool` object, so that the test's reference to it is the last one while the
+    /// work goes on.
+    final class EngineResubmitter: @unchecked Sendable {
+        // @unchecked: `raw` never changes; the engine's pool is freed only once its
+        // drain, which runs every task this one submits from inside a task, is over.
+        let raw: OpaquePointer
+        let stop = Atomic<Bool>(false)
+        let runs = Atomic<Int>(0)
+        init(_ raw: OpaquePointer) { unsafe self.raw = raw }
+        func go() {
+            runs.add(1, ordering: .relaxed)
+            usleep(200)
+            guard !stop.load(ordering: .relaxed) else { return }
+            let task = unsafe ClosureTask.make { self.go() }
+            if unsafe spindle_submit_task(raw, task) != 0 { unsafe releaseRefusedTask(task) }
+        }
+    }
+
+    final class PoolHolder: @unchecked Sendable {
+        // @unchecked: `pool` is set once here and cleared once, by one thread.
+        var pool: ThreadPool?
+        init(_ pool: ThreadPool) { self.pool = pool }
+    }
+
     func testDroppingTheLastReferenceToABusyPoolDoesNotWaitForItsWork() throws {
-        var pool: ThreadPool? = try ThreadPool(workers: 1)
-        let forever = Resubmitter(pool!)
-        try pool!.submit { forever.go() }
-        let started = Date()
-        pool = nil // the drain would never end while `forever` resubmits
-        XCTAssertLessThan(Date().timeIntervalSince(started), 1, "deinit waited for the pool's work")
+        let holder = PoolHolder(try ThreadPool(workers: 1))
+        let forever = unsafe EngineResubmitter(holder.pool!.raw)
+        try holder.pool!.submit { forever.go() }
+        XCTAssertTrue(eventually { forever.runs.load(ordering: .relaxed) > 0 })
+        // A drain never ends while `forever` resubmits: a deinit that waited for the
+        // pool's work would not return at all.
+        let dropped = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            holder.pool = nil
+            dropped.signal()
+        }
+        XCTAssertEqual(dropped.wait(timeout: .now() + 60), .success, "deinit waited for the pool's work")
+        // The work goes on after the last reference is gone: it is drained, not dropped.
+        let before = forever.runs.load(ordering: .relaxed)
+        XCTAssertTrue(eventually { forever.runs.load(ordering: .relaxed) > before }, "the busy pool stopped running its work")
         // Let the helper thread's drain finish, so nothing spins for the rest of the run.
         forever.stop.store(true, ordering: .relaxed)
         XCTAssertTrue(eventually {
