@@ -206,6 +206,20 @@ func queueScenarios() {
     }
 
     do {
+        // A total of zero, set: the queue reports progress once its total is set, to
+        // any value. Reading `progress` alone sets nothing.
+        let read = OperationQueue()
+        _ = read.progress.totalUnitCount
+        read.addOperation { log.add("read:\(Progress.current() != nil)") }
+        read.waitUntilAllOperationsAreFinished()
+        let zero = OperationQueue()
+        zero.progress.totalUnitCount = 0
+        zero.addOperation { log.add("zero:\(Progress.current() != nil)") }
+        zero.waitUntilAllOperationsAreFinished()
+        show("progress.total-zero", [log.take(), "\(read.progress.completedUnitCount)", "\(zero.progress.completedUnitCount)"])
+    }
+
+    do {
         let q = OperationQueue()
         let ran = DispatchSemaphore(value: 0)
         q.addBarrierBlock { log.add("barrier:\(OperationQueue.current === q)"); ran.signal() }

@@ -335,10 +335,10 @@ open class OperationQueue: @unchecked Sendable {
         }
     }
 
-    /// Progress of the queue. Once `totalUnitCount` is set, every operation whose
-    /// `main()` the queue runs to its end adds one completed unit, as with Foundation:
-    /// not cancelled operations, barriers, or operations that override `start()`
-    /// without calling `super`. While `main()` runs, a progress of one unit is current
+    /// Progress of the queue. Once `totalUnitCount` is set, to any value (reading it
+    /// sets nothing), every operation whose `main()` the queue runs to its end adds one
+    /// completed unit, as with Foundation: not cancelled operations, barriers, or
+    /// operations that override `start()` without calling `super`. While `main()` runs, a progress of one unit is current
     /// on its thread (`Progress.current()`), so a `Progress` the operation makes becomes
     /// its implicit child, and the operation's unit is added here when `main()` returns
     /// with that progress complete. A progress `main()` leaves part-way joins this one
@@ -356,8 +356,7 @@ open class OperationQueue: @unchecked Sendable {
         hasProgress.store(true, ordering: .sequentiallyConsistent)
         return unsafe state.locked { s in
             if let p = unsafe s.progress { return p }
-            // `parent: nil`: never an implicit child of a progress current on this thread.
-            let p = Progress(parent: nil)
+            let p = QueueProgress()
             unsafe s.progress = p
             return p
         }

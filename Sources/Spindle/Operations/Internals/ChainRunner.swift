@@ -269,7 +269,7 @@ extension OperationQueue {
     }
 
     /// Runs `op`'s `main()` with a progress of one unit current on its thread, when the
-    /// queue's progress has a total, and adds that unit to the queue's progress once
+    /// queue's progress has had its total set, and adds that unit to the queue's progress once
     /// `main()` has returned with it complete, or the progress itself as a child when
     /// `main()` left it part-way (see ``progress``).
     ///
@@ -284,7 +284,7 @@ extension OperationQueue {
     /// the lock then covers the attachment but not the updates the operation makes.
     func runReportingProgress(_ op: Operation) {
         let parent = unsafe op is BarrierOperation ? nil : state.locked { unsafe $0.progress }
-        guard let parent, parent.totalUnitCount > 0 else {
+        guard let parent, parent.reporting.load(ordering: .acquiring) else {
             op.main()
             return
         }

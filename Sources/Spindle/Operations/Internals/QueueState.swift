@@ -59,7 +59,7 @@ extension OperationQueue {
         var waiters: [Waiter] = unsafe []
         var countObservers: [(id: Int, handler: @Sendable (Int) -> Void)] = []
         var nextObserverID = 0
-        var progress: Progress?
+        var progress: QueueProgress?
         /// Whether the queue is in direct mode (QueueMode.swift, D1-D3): read on every
         /// add, recomputed by `refreshMode()` wherever one of its inputs changes.
         var direct = true
