@@ -44,6 +44,31 @@ final class AsyncTemplate: Operation, @unchecked Sendable {
     }
 }
 
+/// The same template announcing its changes with key paths
+/// (`willChangeValue(for: \.isFinished)`), as Swift code written for Foundation does.
+final class KeyPathAsyncTemplate: Operation, @unchecked Sendable {
+    // @unchecked: the two flags are only touched under `lock`.
+    private let lock = NSLock()
+    private var executing = false, finished = false
+    let release = DispatchSemaphore(value: 0)
+
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { lock.lock(); defer { lock.unlock() }; return executing }
+    override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finished }
+    override func start() {
+        willChangeValue(for: \.isExecuting)
+        lock.lock(); executing = true; lock.unlock()
+        didChangeValue(for: \.isExecuting)
+        Thread.detachNewThread { [self] in
+            release.wait()
+            log.add("work")
+            willChangeValue(for: \.isFinished); willChangeValue(for: \.isExecuting)
+            lock.lock(); executing = false; finished = true; lock.unlock()
+            didChangeValue(for: \.isExecuting); didChangeValue(for: \.isFinished)
+        }
+    }
+}
+
 /// Readiness of its own, announced with `didChangeValue(forKey: "isReady")`.
 final class Gated: Operation, @unchecked Sendable {
     // @unchecked: `open` is only touched under `lock`.
@@ -86,6 +111,20 @@ func subclassScenarios() {
         // Foundation's own queue, which counts an operation out after it is finished.
         bounded("short-keys.drain", 10) { q.waitUntilAllOperationsAreFinished() }
         show("short-keys", [log.take(), "\(op.isFinished)", "\(q.operationCount)"])
+    }
+
+    do {
+        let q = OperationQueue()
+        let op = KeyPathAsyncTemplate()
+        let dependent = BlockOperation { log.add("dependent") }
+        dependent.addDependency(op)
+        q.addOperations([op, dependent], waitUntilFinished: false)
+        while !op.isExecuting { usleep(1000) }
+        show("key-paths.while-working", [op.isExecuting, op.isFinished, dependent.isReady])
+        op.release.signal()
+        bounded("key-paths.wait", 10) { dependent.waitUntilFinished() }
+        bounded("key-paths.drain", 10) { q.waitUntilAllOperationsAreFinished() }
+        show("key-paths", [log.take(), "\(op.isFinished)", "\(q.operationCount)"])
     }
 
     do {
