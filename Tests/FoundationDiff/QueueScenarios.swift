@@ -220,6 +220,18 @@ func queueScenarios() {
     }
 
     do {
+        // The total set after the operations were added, before they run: they count.
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = true
+        for _ in 0..<3 { q.addOperation {} }
+        q.progress.totalUnitCount = 3
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("progress.total-set-after-adding", [q.progress.totalUnitCount, q.progress.completedUnitCount])
+    }
+
+    do {
         let q = OperationQueue()
         let ran = DispatchSemaphore(value: 0)
         q.addBarrierBlock { log.add("barrier:\(OperationQueue.current === q)"); ran.signal() }
