@@ -146,9 +146,9 @@ func queueScenarios() {
     // The progress scenarios run their operations one at a time. Foundation on Linux's
     // `Progress` takes no lock: two operations of a progress-reporting queue that run at
     // once add and remove children of the queue's progress from two threads, and that
-    // race corrupts its set of children and crashes the Foundation side, or loses a
-    // count. Spindle serialises its own updates of the tree, and its suite checks them
-    // with operations that run at once (`testProgressCountsFinishedOperations`).
+    // race corrupts its set of children and crashes the Foundation side. Spindle
+    // serialises its own updates, and its suite checks them with operations that run at
+    // once (`testProgressOfOperationsThatRunAtOnceCountsEachOfThem`).
     do {
         let q = OperationQueue()
         q.maxConcurrentOperationCount = 1

@@ -338,20 +338,21 @@ open class OperationQueue: @unchecked Sendable {
     /// Progress of the queue. Once `totalUnitCount` is set, to any value (reading it
     /// sets nothing), every operation whose `main()` the queue runs to its end adds one
     /// completed unit, as with Foundation: not cancelled operations, barriers, or
-    /// operations that override `start()` without calling `super`. While `main()` runs, a progress of one unit is current
-    /// on its thread (`Progress.current()`), so a `Progress` the operation makes becomes
-    /// its implicit child, and the operation's unit is added here when `main()` returns
-    /// with that progress complete. A progress `main()` leaves part-way joins this one
-    /// as a child then, so that its `fractionCompleted` shows how far it got.
+    /// operations that override `start()` without calling `super`. While `main()` runs,
+    /// a progress of one unit is current on its thread (`Progress.current()`), so a
+    /// `Progress` the operation makes becomes its implicit child, and the operation's
+    /// unit is added here when `main()` returns with that progress complete. A progress
+    /// `main()` leaves part-way joins this one as a child then, so that its
+    /// `fractionCompleted` shows how far it got.
     ///
     /// The queue's progress moves one operation at a time: the steps an operation
     /// reports inside `main()` stay in its own progress until it returns, and the
     /// operation's progress is cancelled or paused if this one was when `main()` began,
-    /// not if this one is cancelled or paused while it runs. Foundation's
-    /// `Progress` on Linux has no lock, so a tree shared by operations that run at once
-    /// would be updated from several threads; Spindle makes every update of this one
-    /// under a lock of its own. Change `totalUnitCount` from a barrier block
-    /// (``addBarrierBlock(_:)``), as Apple's documentation advises.
+    /// not if this one is cancelled or paused while it runs. Foundation's `Progress` on
+    /// Linux has no lock, so a tree shared by operations that run at once would be
+    /// updated from several threads; Spindle makes its own updates of this one under a
+    /// lock. Change `totalUnitCount` from a barrier block (``addBarrierBlock(_:)``), as
+    /// Apple's documentation advises.
     open var progress: Progress {
         hasProgress.store(true, ordering: .sequentiallyConsistent)
         return unsafe state.locked { s in

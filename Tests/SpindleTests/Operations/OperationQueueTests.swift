@@ -356,7 +356,7 @@ final class OperationQueueTests: XCTestCase {
     /// Operations of a progress-reporting queue released together run at once and add
     /// and remove their children of the queue's progress from several threads. Foundation
     /// on Linux's `Progress` has no lock of its own, so unserialised updates corrupt its
-    /// set of children (a crash) or lose a count; every round must count each operation.
+    /// set of children (a crash) or lose updates; every round must count each operation.
     func testProgressOfOperationsThatRunAtOnceCountsEachOfThem() {
         for round in 0..<Stress.count(500) {
             let q = OperationQueue()
@@ -388,7 +388,7 @@ final class OperationQueueTests: XCTestCase {
             q.waitUntilAllOperationsAreFinished()
             XCTAssertEqual(q.progress.completedUnitCount, 4, "round \(round)")
             XCTAssertEqual(q.progress.fractionCompleted, 1.0, accuracy: 1e-9, "round \(round)")
-            if q.progress.completedUnitCount != 4 { return }
+            if q.progress.completedUnitCount != 4 || abs(q.progress.fractionCompleted - 1) > 1e-9 { return }
         }
     }
 

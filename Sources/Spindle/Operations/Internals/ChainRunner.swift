@@ -269,15 +269,15 @@ extension OperationQueue {
     }
 
     /// Runs `op`'s `main()` with a progress of one unit current on its thread, when the
-    /// queue's progress has had its total set, and adds that unit to the queue's progress once
-    /// `main()` has returned with it complete, or the progress itself as a child when
-    /// `main()` left it part-way (see ``progress``).
+    /// queue's progress has had its total set, and adds that unit to the queue's
+    /// progress once `main()` has returned with it complete, or the progress itself as
+    /// a child when `main()` left it part-way (see ``progress``).
     ///
     /// The operation's progress is not a child of the queue's while `main()` runs.
     /// Foundation's `Progress` on Linux takes no lock, and a child passes each of its
     /// updates up to its parent on the thread that makes it: operations that run at once
     /// and step progress of their own would then update the queue's progress from
-    /// several threads, unserialised, losing counts or corrupting its set of children.
+    /// several threads, unserialised, losing updates or corrupting its set of children.
     /// So each operation's tree stays its own, updated only by its own code, and only
     /// the completed unit crosses to the queue's progress, under `progressLock`.
     /// Rejected: attaching the child under the lock, as Foundation does without one;
