@@ -7,18 +7,42 @@ import Dispatch
 
 /// The asynchronous-operation template of Apple's guide: `start` begins the work and
 /// returns, the work announces `isExecuting` and `isFinished` with `willChangeValue` and
-/// `didChangeValue` — or, given `shortKeys`, with the keys' short forms `executing` and
-/// `finished`, as some code written for Foundation does.
+/// `didChangeValue`, in one of the three forms code written for Foundation uses.
 final class AsyncTemplate: Operation, @unchecked Sendable {
+    /// How the changes are announced: the keys (`"isFinished"`), their short forms
+    /// (`"finished"`), or key paths (`\.isFinished`).
+    enum Announcing { case keys, shortKeys, keyPaths }
+    private enum Flag { case executing, finished }
+
     // @unchecked: the two flags are only touched under `lock`.
     private let lock = NSLock()
     private var executing = false, finished = false
-    private let executingKey: String, finishedKey: String
+    private let announcing: Announcing
     let release = DispatchSemaphore(value: 0)
 
-    init(shortKeys: Bool = false) {
-        executingKey = shortKeys ? "executing" : "isExecuting"
-        finishedKey = shortKeys ? "finished" : "isFinished"
+    init(_ announcing: Announcing = .keys) { self.announcing = announcing }
+
+    private func key(_ flag: Flag) -> String {
+        switch (flag, announcing) {
+        case (.executing, .shortKeys): return "executing"
+        case (.finished, .shortKeys): return "finished"
+        case (.executing, _): return "isExecuting"
+        case (.finished, _): return "isFinished"
+        }
+    }
+    private func willChange(_ flag: Flag) {
+        switch (flag, announcing) {
+        case (.executing, .keyPaths): willChangeValue(for: \.isExecuting)
+        case (.finished, .keyPaths): willChangeValue(for: \.isFinished)
+        default: willChangeValue(forKey: key(flag))
+        }
+    }
+    private func didChange(_ flag: Flag) {
+        switch (flag, announcing) {
+        case (.executing, .keyPaths): didChangeValue(for: \.isExecuting)
+        case (.finished, .keyPaths): didChangeValue(for: \.isFinished)
+        default: didChangeValue(forKey: key(flag))
+        }
     }
 
     override var isAsynchronous: Bool { true }
@@ -26,45 +50,20 @@ final class AsyncTemplate: Operation, @unchecked Sendable {
     override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finished }
     override func start() {
         if isCancelled {
-            willChangeValue(forKey: finishedKey)
+            willChange(.finished)
             lock.lock(); finished = true; lock.unlock()
-            didChangeValue(forKey: finishedKey)
+            didChange(.finished)
             return
         }
-        willChangeValue(forKey: executingKey)
+        willChange(.executing)
         lock.lock(); executing = true; lock.unlock()
-        didChangeValue(forKey: executingKey)
+        didChange(.executing)
         Thread.detachNewThread { [self] in
             release.wait()
             log.add("work")
-            willChangeValue(forKey: finishedKey); willChangeValue(forKey: executingKey)
+            willChange(.finished); willChange(.executing)
             lock.lock(); executing = false; finished = true; lock.unlock()
-            didChangeValue(forKey: executingKey); didChangeValue(forKey: finishedKey)
-        }
-    }
-}
-
-/// The same template announcing its changes with key paths
-/// (`willChangeValue(for: \.isFinished)`), as Swift code written for Foundation does.
-final class KeyPathAsyncTemplate: Operation, @unchecked Sendable {
-    // @unchecked: the two flags are only touched under `lock`.
-    private let lock = NSLock()
-    private var executing = false, finished = false
-    let release = DispatchSemaphore(value: 0)
-
-    override var isAsynchronous: Bool { true }
-    override var isExecuting: Bool { lock.lock(); defer { lock.unlock() }; return executing }
-    override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finished }
-    override func start() {
-        willChangeValue(for: \.isExecuting)
-        lock.lock(); executing = true; lock.unlock()
-        didChangeValue(for: \.isExecuting)
-        Thread.detachNewThread { [self] in
-            release.wait()
-            log.add("work")
-            willChangeValue(for: \.isFinished); willChangeValue(for: \.isExecuting)
-            lock.lock(); executing = false; finished = true; lock.unlock()
-            didChangeValue(for: \.isExecuting); didChangeValue(for: \.isFinished)
+            didChange(.executing); didChange(.finished)
         }
     }
 }
@@ -101,7 +100,7 @@ func subclassScenarios() {
 
     do {
         let q = OperationQueue()
-        let op = AsyncTemplate(shortKeys: true)
+        let op = AsyncTemplate(.shortKeys)
         let dependent = BlockOperation { log.add("dependent") }
         dependent.addDependency(op)
         q.addOperations([op, dependent], waitUntilFinished: false)
@@ -115,7 +114,7 @@ func subclassScenarios() {
 
     do {
         let q = OperationQueue()
-        let op = KeyPathAsyncTemplate()
+        let op = AsyncTemplate(.keyPaths)
         let dependent = BlockOperation { log.add("dependent") }
         dependent.addDependency(op)
         q.addOperations([op, dependent], waitUntilFinished: false)
