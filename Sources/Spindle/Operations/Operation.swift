@@ -73,8 +73,8 @@ open class Operation: @unchecked Sendable {
     // span 43 bytes: one cache line or two, 1.5 on average over the four places a
     // 16-byte-aligned object can start in a line. With `guarded` between the node and
     // the flags they would span 99 bytes, and two or three lines. The other flags fill
-    // the bytes before `execWord` (`cancelledFlag`, `promotedRank` and `priorityWord`,
-    // which a worker at most reads) and after `guarded`, whose struct ends in bytes.
+    // the bytes before `execWord` (a worker at most reads them, or sets `queueRunFlags`
+    // for a queue that reports progress) and after `guarded`, which ends in bytes.
     // (OperationLayoutTests checks the span.)
 
     /// ``Phase``: pending → executing → finished (see `OperationLifecycle.swift`).
@@ -94,6 +94,8 @@ open class Operation: @unchecked Sendable {
     /// ``queuePriority``, as its raw value (`priorityUnset` until it is assigned): read
     /// on every add, without a lock.
     let priorityWord = Atomic<Int8>(Operation.priorityUnset)
+    /// Its queue's flags that are read without the queue's lock (`QueueRunFlags`).
+    let queueRunFlags = Atomic<UInt8>(0)
     let execWord = Atomic<UInt64>(0)
 
     /// The fields that belong to the queue this operation is added to, read from any
@@ -196,7 +198,7 @@ open class Operation: @unchecked Sendable {
             }
             if byQueue {
                 // The queue's runner has made us the thread's current operation.
-                if unsafe queueFields.reportsProgress, let queue = unsafe ownerQueue {
+                if queueRun.contains(.reportsProgress), let queue = unsafe ownerQueue {
                     unsafe queue.withGuaranteedReference { $0.runReportingProgress(self) }
                 } else {
                     main()
@@ -311,11 +313,11 @@ open class Operation: @unchecked Sendable {
     open var queuePriority: QueuePriority {
         get { QueuePriority(rawValue: Int(priorityWord.load(ordering: .relaxed))) ?? .normal }
         set {
-            priorityWord.store(Int8(newValue.rawValue), ordering: .relaxed)
+            let old = priorityWord.exchange(Int8(newValue.rawValue), ordering: .relaxed)
             // The operation, which code outside the queue holds, holds its queue
             // (QueueMembership.swift, LT3).
-            if queueSync.readySignalled.load(ordering: .acquiring), inQueue {
-                withPinnedQueue { $0.operationPriorityChanged(self) }
+            if old != Int8(newValue.rawValue), inQueue {
+                withPinnedQueue { $0.operationPriorityChanged(self, from: old) }
             }
         }
     }

@@ -38,7 +38,10 @@ import Synchronization
 ///
 /// Rejected alternative: Foundation-on-Linux's design, a list of all operations scanned
 /// on every scheduling pass for one that is ready. It is O(waiting) per pass, so a long
-/// dependency chain costs time quadratic in its length.
+/// dependency chain costs time quadratic in its length. Its order is kept without the
+/// scan: only ready operations wait in the ready lines, each line in the order its
+/// operations were added (`ReadyRings.swift`), so the first one there is the one the
+/// scan would find.
 ///
 /// ### Where things are
 /// This file holds the queue's stored state and every member a subclass can override.
@@ -192,6 +195,8 @@ open class OperationQueue: @unchecked Sendable {
     /// for it.
     open func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
         let op = BarrierOperation(block: barrier)
+        // Its own ready level, above every priority (Priority.swift).
+        op.priorityWord.store(Operation.barrierPriority, ordering: .relaxed)
         let before = unsafe state.locked { s -> [Operation] in
             unsafe s.lastBarrier = op
             // The barrier's `dependencies` will list them.

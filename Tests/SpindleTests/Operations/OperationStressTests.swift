@@ -4,7 +4,8 @@ import XCTest
 @testable import Spindle
 
 /// A random DAG of operations over several queues, with random priorities, widths,
-/// cancellations and suspend/resume, checked for the invariants users rely on.
+/// cancellations, priority changes and suspend/resume, checked for the invariants users
+/// rely on.
 /// Size: 20 000 × SPINDLE_STRESS (≥ 10^5 from SPINDLE_STRESS=5).
 final class OperationStressTests: XCTestCase {
     final class Probe: @unchecked Sendable {
@@ -67,6 +68,10 @@ final class OperationStressTests: XCTestCase {
                 let k = Int(rng.next() % UInt64(i + 1))
                 ops[k].cancel()
                 cancelledEver[k] = true
+            case 4..<24:
+                // A new priority for an operation that may be waiting, ready, running or
+                // finishing on another thread: it moves in its queue's lines or nowhere.
+                ops[Int(rng.next() % UInt64(i + 1))].queuePriority = priorities[Int(rng.next() % 5)]
             default: break
             }
         }

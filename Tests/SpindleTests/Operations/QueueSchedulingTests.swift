@@ -255,7 +255,7 @@ final class QueueSchedulingTests: XCTestCase {
             u.withGuaranteedReference { op in
                 weak.value = op
                 state.link(u, op)
-                op.queueFields.started = true
+                op.setQueueRun(.started)
             }
             if runnerFirst { ChainRunner.runnerDone(u) }
             var released: Unmanaged<Operation>? = nil
@@ -280,7 +280,7 @@ final class QueueSchedulingTests: XCTestCase {
             let u = Unmanaged<Operation>.passRetained(BlockOperation {})
             u.withGuaranteedReference { op in
                 state.link(u, op)
-                op.queueFields.started = true
+                op.setQueueRun(.started)
                 op.queueSync.done.store(true, ordering: .releasing)
             }
             ops.append(u)

@@ -253,7 +253,7 @@ extension OperationQueue {
             return unsafe saved
         }
         op.startedByQueue.store(true, ordering: .releasing)
-        if hasProgress.load(ordering: .relaxed) { unsafe op.queueFields.reportsProgress = true }
+        if hasProgress.load(ordering: .relaxed) { op.setQueueRun(.reportsProgress) }
         unsafe ChainRunner.submitCompletionOnNextStart(ts)
         op.start()
         // A custom operation that became finished inside `start()` without announcing it

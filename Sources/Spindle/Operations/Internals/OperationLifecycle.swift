@@ -174,7 +174,7 @@ extension Operation {
         unsafe queue?.withGuaranteedReference { $0.operationFinished(self) }
         if chained { unsafe ts.withGuaranteedReference { unsafe $0.finishing = nil } }
         // F5. Written before the operation could start, never after.
-        if unsafe queue != nil && queueFields.addedByCaller { dropQueue() }
+        if unsafe queue != nil && queueRun.contains(.addedByCaller) { dropQueue() }
         // F6.
         releaseWaiters()
         if let (completion, pool) = unsafe completionLast { unsafe runCompletionBlock(completion, on: pool) }

@@ -1,9 +1,12 @@
 // Where an operation waits in its queue, and which worker set runs it.
 //
 // Two priorities, as in Foundation. `queuePriority` orders the ready operations of one
-// queue (five FIFO lists: ReadyRings.swift); until it is assigned, an operation on a
-// queue that is not serial takes the level Foundation derives from its quality of
-// service. `qualityOfService` (or the older `threadPriority`) picks the pool the
+// queue (a line per level, each in the order its operations were added:
+// ReadyRings.swift); until it is assigned, an operation on a queue that is not serial
+// takes the level Foundation derives from its quality of service. A barrier waits on a
+// level of its own above veryHigh, as in Foundation: once the operations before it
+// have finished, it starts ahead of any other ready operation (a cancelled one added
+// after it). `qualityOfService` (or the older `threadPriority`) picks the pool the
 // operation runs on: one worker set per class, at the class's nice value
 // (Pool/QoSPools.swift). `ClassRank` numbers the classes in their order, for promotion
 // (Promotion.swift), which compares them.
@@ -35,12 +38,22 @@ extension Operation {
     /// `priorityWord` before ``queuePriority`` is assigned (every assigned value is a
     /// ``QueuePriority`` raw value, which fits in a byte).
     static let priorityUnset = Int8.min
+    /// `priorityWord` of a barrier (``OperationQueue/addBarrierBlock(_:)``), which
+    /// Foundation also ranks above ``QueuePriority/veryHigh``; ``queuePriority`` reads
+    /// it as ``QueuePriority/normal``.
+    static let barrierPriority: Int8 = 12
+    /// The ready level of a barrier: above veryHigh's.
+    static let barrierLevel = 5
 
     /// The index of the ready list this operation waits on in its queue (see
     /// ``queuePriority``). Called under the queue's lock.
     @inline(__always)
-    func queueLevel(serial: Bool) -> Int {
-        let raw = priorityWord.load(ordering: .relaxed)
+    func queueLevel(serial: Bool) -> Int { queueLevel(serial: serial, raw: priorityWord.load(ordering: .relaxed)) }
+
+    /// The same, for `raw` as the value of `priorityWord`: the level a priority it had
+    /// put it on.
+    @inline(__always)
+    func queueLevel(serial: Bool, raw: Int8) -> Int {
         if raw == Operation.priorityUnset && (serial || !hasOwnPriority.load(ordering: .acquiring)) {
             return QueuePriority.normal.level
         }
@@ -49,6 +62,7 @@ extension Operation {
 
     /// `queueLevel`'s answer for an operation with a priority or a quality of service.
     func queueLevelSlow(raw: Int8) -> Int {
+        if raw == Operation.barrierPriority { return Operation.barrierLevel }
         if raw != Operation.priorityUnset { return (QueuePriority(rawValue: Int(raw)) ?? .normal).level }
         let (qos, explicit) = guarded.locked { ($0.qualityOfService, $0.qosExplicit) }
         guard explicit else { return QueuePriority.normal.level }

@@ -5,7 +5,8 @@ import Synchronization
 //
 // An operation is claimed by one queue with one CAS on `QueueSync.word`, which is also
 // how adding it twice, or to two queues, is detected. From then on:
-// - `QueueFields` (a plain struct) is written only under that queue's lock;
+// - `QueueFields` (a plain struct) is read and written only under that queue's lock;
+// - `QueueRunFlags` (one atomic byte) is set in order and read from any thread;
 // - `QueueSync` (atomics) is read from any thread;
 // - `Operation.queueReference`, the strong reference behind the word, is set by the
 //   thread that claimed the operation (or by the queue, under its lock, when it
@@ -61,7 +62,7 @@ struct QueueSync: ~Copyable {
     let word = Atomic<UInt>(0)
 }
 
-/// The fields an operation's queue writes under its lock.
+/// The fields an operation's queue reads and writes only under its lock.
 @unsafe
 struct QueueFields {
     // safety: the list links are unretained; the queue's list holds the one retained
@@ -70,32 +71,84 @@ struct QueueFields {
     /// reference; finished ones stay until the list is pruned: QueueRegistry.swift).
     var prev: Unmanaged<Operation>?
     var next: Unmanaged<Operation>?
+    /// `order` above three flag bits, in one word so that the operation stays within
+    /// its allocation size (OperationLayoutTests).
+    private var orderAndFlags: UInt64 = 0
+    private static let linkedBit: UInt64 = 1, retiredBit: UInt64 = 2, inRingBit: UInt64 = 4, flagBits = 3
+
+    /// Its place in the order in which the queue's operations of one priority start:
+    /// the order they were added in, as in Foundation, whose queue starts, among the
+    /// ready operations of the highest priority, the one added first. Given by
+    /// `link`, and given again (the queue's next) when a change of priority moves the
+    /// operation to the end of another level (`operationPriorityChanged`). The ready
+    /// lines keep each level in this order (ReadyRings.swift). 61 bits never wrap.
+    var order: UInt64 {
+        get { unsafe orderAndFlags >> Self.flagBits }
+        set { unsafe orderAndFlags = unsafe newValue << Self.flagBits | orderAndFlags & (1 << Self.flagBits - 1) }
+    }
     /// Set when the queue has registered this operation (its list and count): until
     /// then a readiness signal from another thread (a concurrent `cancel()`) is left
     /// to `enqueue`, which evaluates readiness itself.
-    var linked = false
-    /// Set when the queue starts it (counts it as running).
-    var started = false
+    var linked: Bool {
+        get { unsafe orderAndFlags & Self.linkedBit != 0 }
+        set { unsafe set(Self.linkedBit, newValue) }
+    }
     /// Set when its finish retired it without a start: it may still sit in a ready
     /// list, where it is skipped.
-    var retired = false
-    /// Set when `queueReference` was set before the operation could start (by the
-    /// adding thread, or by the queue when it was not in direct mode), so its finish may
-    /// decrement the counts before it takes the queue's lock
-    /// (`OperationQueue.operationFinished`). Not set by `operations`, which hands
-    /// operations out while they may be finishing.
-    var held = false
+    var retired: Bool {
+        get { unsafe orderAndFlags & Self.retiredBit != 0 }
+        set { unsafe set(Self.retiredBit, newValue) }
+    }
+    /// Set while it sits in one of the queue's ready lines, which hold it unretained:
+    /// the list keeps it until the line lets it go (ReadyRings.swift).
+    var inRing: Bool {
+        get { unsafe orderAndFlags & Self.inRingBit != 0 }
+        set { unsafe set(Self.inRingBit, newValue) }
+    }
+
+    private mutating func set(_ bit: UInt64, _ on: Bool) {
+        unsafe orderAndFlags = unsafe on ? orderAndFlags | bit : orderAndFlags & ~bit
+    }
+}
+
+/// The flags of an operation's queue membership that threads read without the queue's
+/// lock (`Operation.queueRunFlags`): the finish reads them, and a runner sets one.
+///
+/// Each is set once and never cleared, and each set happens after the sets before it:
+/// the add sets `held` and `addedByCaller` before the operation is shared, or sets
+/// `held` under the lock; whoever starts it sets `started` under the lock before it
+/// runs; its runner sets `reportsProgress` before `start()`. So a set is a load and a
+/// store, not a read-modify-write. The byte is atomic so that reading it while another
+/// flag of it is set is not a data race.
+struct QueueRunFlags: OptionSet {
+    let rawValue: UInt8
+    /// The queue started it (counted it as running).
+    static let started = QueueRunFlags(rawValue: 1)
+    /// `queueReference` was set before the operation could start (by the adding thread,
+    /// or by the queue when it was not in direct mode), so its finish may decrement the
+    /// counts before it takes the queue's lock (`OperationQueue.operationFinished`). Not
+    /// set by `operations`, which hands operations out while they may be finishing.
+    static let held = QueueRunFlags(rawValue: 2)
     /// Set with `held` for an operation the program made and added: the one kind a
     /// program may keep after it finished, so the one whose finish drops its queue
     /// (`dropQueue`). One made by the block form is reachable only through
     /// `operations`, and otherwise dies with the queue's list.
-    var addedByCaller = false
-    /// Set while it sits in one of the queue's ready rings, which hold it unretained:
-    /// the list keeps it until the ring lets it go (ReadyRings.swift).
-    var inRing = false
+    static let addedByCaller = QueueRunFlags(rawValue: 4)
     /// Set by the queue's runner, before `start()`, when the queue reports progress:
     /// `start()` then runs `main()` inside a child progress (`runReportingProgress`).
-    var reportsProgress = false
+    static let reportsProgress = QueueRunFlags(rawValue: 8)
+}
+
+extension Operation {
+    /// The queue's flags for this operation that are read without its lock.
+    var queueRun: QueueRunFlags { QueueRunFlags(rawValue: queueRunFlags.load(ordering: .relaxed)) }
+
+    /// Sets `flags`: a load and a store (see `QueueRunFlags`). Relaxed: each set is
+    /// ordered before its readers by the lock or the hand-off that follows it.
+    @inline(__always)
+    func setQueueRun(_ flags: QueueRunFlags) {
+        queueRunFlags.store(queueRunFlags.load(ordering: .relaxed) | flags.rawValue, ordering: .relaxed)
+    }
 }
 
 extension Operation {
@@ -117,7 +170,7 @@ extension Operation {
     /// it, or its runner is done with it (acquiring: pairs with the runner's RMW, so
     /// its accesses happen before the release).
     var runnerIsDone: Bool {
-        unsafe !queueFields.started || queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone != 0
+        !queueRun.contains(.started) || queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone != 0
     }
 
     /// Runs `body` on the operation's queue, if it still has one, for code that may run

@@ -87,8 +87,7 @@ extension OperationQueue {
         // it can finish; a waiter (which checks the count under the lock) sees it.
         if !fresh {
             unsafe op.queueReference = self
-            unsafe op.queueFields.held = true
-            unsafe op.queueFields.addedByCaller = true
+            op.setQueueRun([.held, .addedByCaller])
         }
         let outcome = unsafe state.locked { s in
             unsafe registerLocked(&s, u, op, readyNow: readyNow, fresh: fresh, isBarrier: isBarrier)
@@ -191,10 +190,10 @@ extension OperationQueue {
         // the field yet: `operations` needs our lock.
         if unsafe fresh && !s.isDirect {
             unsafe op.queueReference = self
-            unsafe op.queueFields.held = true
+            op.setQueueRun(.held)
         }
         if unsafe out.direct {
-            unsafe op.queueFields.started = true
+            op.setQueueRun(.started)
             unsafe out.config = unsafe DispatchConfig(s)
         } else if becomesReady {
             unsafe s.push(op, level: s.level(of: op))
@@ -246,7 +245,7 @@ extension OperationQueue {
 //     its `cancel()` and readiness changes reach the queue from any thread at any
 //     moment, including while it finishes. So does one made by the block form of
 //     `addOperation` while the queue is not in direct mode, where every finish takes
-//     the lock anyway (`QueueFields.held`: it decrements first, outside the lock). In
+//     the lock anyway (`QueueRunFlags.held`: it decrements first, outside the lock). In
 //     direct mode that form's operations are reachable only from the queue until
 //     `operations` hands them out, and skip the retain and its release.
 //
@@ -275,10 +274,11 @@ extension OperationQueue {
         // Before it is counted out: see `pendingBarriers`.
         if op is BarrierOperation { pendingBarriers.subtract(1, ordering: .sequentiallyConsistent) }
         // Written under the lock before the operation could start; we run after it did.
-        let started = unsafe op.queueFields.started
+        let run = op.queueRun
+        let started = run.contains(.started)
         op.queueSync.done.store(true, ordering: .releasing)
         let delta = OperationQueue.oneUnfinished | (started ? 1 : 0)
-        if unsafe op.queueFields.held {
+        if run.contains(.held) {
             // The operation holds the queue, which therefore outlives this call: one RMW
             // outside the lock (not lengthening the section the adding thread waits
             // on), then the lock only when there is something to do under it.

@@ -26,6 +26,8 @@ extension OperationQueue.State {
     /// Appends `op` to the list, which takes over the reference `u` holds.
     mutating func link(_ u: Unmanaged<Operation>, _ op: Operation) {
         unsafe op.queueFields.linked = true
+        unsafe op.queueFields.order = unsafe nextOrder
+        unsafe nextOrder &+= 1
         unsafe op.queueFields.prev = unsafe tail
         unsafe op.queueFields.next = nil
         if let t = unsafe tail { unsafe t.withGuaranteedReference { unsafe $0.queueFields.next = unsafe u } } else { unsafe head = unsafe u }
@@ -125,7 +127,7 @@ extension OperationQueue.State {
                 unsafe detach(op)
                 // The last access unless the reference is ours: once `listGone` is
                 // set, the runner may release the operation at any moment.
-                let ours = unsafe !op.queueFields.started
+                let ours = !op.queueRun.contains(.started)
                     || op.queueSync.runState.bitwiseOr(QueueSync.listGone, ordering: .acquiringAndReleasing).oldValue
                         & QueueSync.runnerDone != 0
                 if ours { unsafe chain.append(u) }
@@ -207,9 +209,9 @@ extension OperationQueue {
     /// other (QueueMembership.swift, LT3). Called under the lock, where the list holds them and
     /// nobody else writes the field.
     func handOut(_ ops: [Operation]) -> [Operation] {
-        // An operation that holds its queue already (`queueFields.held`) is skipped without
+        // An operation that holds its queue already (`QueueRunFlags.held`) is skipped without
         // reading the reference, which its finish may be dropping (`Operation.dropQueue`).
-        for op in ops where unsafe !op.queueFields.held && op.queueReference == nil { unsafe op.queueReference = self }
+        for op in ops where unsafe !op.queueRun.contains(.held) && op.queueReference == nil { unsafe op.queueReference = self }
         return ops
     }
 }

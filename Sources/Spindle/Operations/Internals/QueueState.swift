@@ -22,6 +22,9 @@ extension OperationQueue {
         var tail: Unmanaged<Operation>?
         /// How many operations are linked, finished or not.
         var linked = 0
+        /// The next `QueueFields.order` to give: one per operation linked or moved to
+        /// another priority level. 64 bits never wrap.
+        var nextOrder: UInt64 = 0
         /// Finishers releasing the list of a drained queue (see `isDrained`).
         var releasing = 0
         /// Whether the queue holds a reference to itself: from the moment it counts an
@@ -69,6 +72,7 @@ extension OperationQueue {
 extension OperationQueue.State {
     var readyIsEmpty: Bool { unsafe ready.isEmpty }
 
+    @inline(__always)
     func push(_ op: Operation, level: Int) { unsafe ready.push(op, level: level) }
 
     /// The highest-priority ready operation, skipping retired ones, and handing back a
@@ -79,6 +83,7 @@ extension OperationQueue.State {
     /// that says so.
     /// Static, on the rings alone: as a method of the state, called from the mutating
     /// `takeStartable`, it would have the whole state copied for each call.
+    @inline(__always)
     static func popReady(_ ready: ReadyRings) -> Unmanaged<Operation>? {
         while let u = unsafe ready.pop() {
             if unsafe !u.withGuaranteedReference(Self.isPassedOver) { return unsafe u }
@@ -105,7 +110,7 @@ extension OperationQueue.State {
     @inline(__always)
     static func countStarted(_ op: Operation, _ counts: borrowing Atomic<UInt64>) {
         counts.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        unsafe op.queueFields.started = true
+        op.setQueueRun(.started)
     }
 
     /// Whether `op`, found ready before, has been given an unfinished dependency since

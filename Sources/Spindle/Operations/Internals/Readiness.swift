@@ -112,20 +112,27 @@ extension OperationQueue {
     /// false; true when it did (it is then signalled again when it turns ready).
     func operationBecameUnready(_ op: Operation) -> Bool {
         unsafe state.locked { s -> Bool in
-            guard unsafe op.queueFields.linked, op.queueSync.readySignalled.load(ordering: .relaxed), unsafe !op.queueFields.started,
+            guard unsafe op.queueFields.linked, op.queueSync.readySignalled.load(ordering: .relaxed), !op.queueRun.contains(.started),
                   unsafe !op.queueFields.retired, unsafe s.ready.remove(op) else { return false }
             op.queueSync.readySignalled.store(false, ordering: .relaxed)
             return true
         }
     }
 
-    /// Moves a ready, unstarted operation to the list of its new priority (at its end,
-    /// as Foundation does), so that the queue starts it in that order.
-    func operationPriorityChanged(_ op: Operation) {
+    /// Moves an unstarted operation whose priority changed from `old` to the end of its
+    /// new level, as Foundation does: it is given the queue's next `order`, and, when
+    /// it waits ready, moved to that level's line, so that the queue starts it in that
+    /// order. A change that leaves it on its level moves nothing.
+    func operationPriorityChanged(_ op: Operation, from old: Int8) {
         let (start, config) = unsafe state.locked { s -> (Startable, DispatchConfig?) in
-            guard unsafe op.queueFields.linked, op.queueSync.readySignalled.load(ordering: .relaxed), unsafe !op.queueFields.started,
-                  unsafe !op.queueFields.retired, unsafe s.ready.remove(op) else { return (.none, nil) }
-            unsafe s.push(op, level: s.level(of: op))
+            guard unsafe op.queueFields.linked, !op.queueRun.contains(.started), unsafe !op.queueFields.retired else { return (.none, nil) }
+            let serial = unsafe s.maxConcurrent == 1
+            let level = op.queueLevel(serial: serial)
+            guard level != op.queueLevel(serial: serial, raw: old) else { return (.none, nil) }
+            unsafe op.queueFields.order = unsafe s.nextOrder
+            unsafe s.nextOrder &+= 1
+            guard op.queueSync.readySignalled.load(ordering: .relaxed), unsafe s.ready.remove(op) else { return (.none, nil) }
+            unsafe s.push(op, level: level)
             return unsafe (s.takeStartable(counts), DispatchConfig(s))
         }
         if let config { dispatch(start, config) }
