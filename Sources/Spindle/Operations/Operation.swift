@@ -317,7 +317,7 @@ open class Operation: @unchecked Sendable {
             // The operation, which code outside the queue holds, holds its queue
             // (QueueMembership.swift, LT3).
             if old != Int8(newValue.rawValue), inQueue {
-                withPinnedQueue { $0.operationPriorityChanged(self, from: old) }
+                withPinnedQueue { $0.operationPriorityChanged(self) }
             }
         }
     }

@@ -94,6 +94,25 @@ final class QueueOrderTests: XCTestCase {
         XCTAssertEqual(waiting, ["x", "b", "a"])
     }
 
+    /// An operation's level is decided when it is added, as Foundation decides it: one
+    /// with a class and no priority, added while the queue is not serial, keeps the
+    /// level its class gave it after the queue is made serial, even when it becomes
+    /// ready only then.
+    func testALevelIsDecidedWhenTheOperationIsAdded() {
+        let q = OperationQueue()
+        q.isSuspended = true
+        let log = Log()
+        let x = op("x", log, .veryHigh), b = op("b", log)
+        let a = BlockOperation { log.add("a") }
+        a.qualityOfService = .userInitiated
+        a.addDependency(x)
+        q.addOperations([x, b, a], waitUntilFinished: false)
+        q.maxConcurrentOperationCount = 1
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(log.all, ["x", "a", "b"])
+    }
+
     /// A barrier waits on a level above every priority, as in Foundation: it starts
     /// ahead of a cancelled operation added after it, which is ready at once.
     func testABarrierStartsAheadOfACancelledOperationAddedAfterIt() {

@@ -340,7 +340,7 @@ final class QueueSchedulingTests: XCTestCase {
             u.withGuaranteedReference { op in
                 weaks.append(Weak(op))
                 state.link(u, op)
-                state.push(op, level: state.level(of: op))
+                state.push(op)
                 op.queueFields.retired = true
                 op.queueSync.done.store(true, ordering: .releasing)
             }
@@ -363,7 +363,7 @@ final class QueueSchedulingTests: XCTestCase {
         u.withGuaranteedReference { op in
             weak.value = op
             state.link(u, op)
-            state.push(op, level: state.level(of: op))
+            state.push(op)
             op.queueFields.retired = true
             op.queueSync.done.store(true, ordering: .releasing)
         }

@@ -48,12 +48,8 @@ extension Operation {
     /// The index of the ready list this operation waits on in its queue (see
     /// ``queuePriority``). Called under the queue's lock.
     @inline(__always)
-    func queueLevel(serial: Bool) -> Int { queueLevel(serial: serial, raw: priorityWord.load(ordering: .relaxed)) }
-
-    /// The same, for `raw` as the value of `priorityWord`: the level a priority it had
-    /// put it on.
-    @inline(__always)
-    func queueLevel(serial: Bool, raw: Int8) -> Int {
+    func queueLevel(serial: Bool) -> Int {
+        let raw = priorityWord.load(ordering: .relaxed)
         if raw == Operation.priorityUnset && (serial || !hasOwnPriority.load(ordering: .acquiring)) {
             return QueuePriority.normal.level
         }

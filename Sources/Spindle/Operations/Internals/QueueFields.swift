@@ -71,20 +71,28 @@ struct QueueFields {
     /// reference; finished ones stay until the list is pruned: QueueRegistry.swift).
     var prev: Unmanaged<Operation>?
     var next: Unmanaged<Operation>?
-    /// `order` above three flag bits, in one word so that the operation stays within
+    /// `order`, `level` and three flags, in one word so that the operation stays within
     /// its allocation size (OperationLayoutTests).
     private var orderAndFlags: UInt64 = 0
-    private static let linkedBit: UInt64 = 1, retiredBit: UInt64 = 2, inRingBit: UInt64 = 4, flagBits = 3
+    private static let linkedBit: UInt64 = 1, retiredBit: UInt64 = 2, inRingBit: UInt64 = 4
+    private static let levelShift: UInt64 = 3, orderShift: UInt64 = 6
 
     /// Its place in the order in which the queue's operations of one priority start:
     /// the order they were added in, as in Foundation, whose queue starts, among the
     /// ready operations of the highest priority, the one added first. Given by
     /// `link`, and given again (the queue's next) when a change of priority moves the
     /// operation to the end of another level (`operationPriorityChanged`). The ready
-    /// lines keep each level in this order (ReadyRings.swift). 61 bits never wrap.
+    /// lines keep each level in this order (ReadyRings.swift). 58 bits never wrap.
     var order: UInt64 {
-        get { unsafe orderAndFlags >> Self.flagBits }
-        set { unsafe orderAndFlags = unsafe newValue << Self.flagBits | orderAndFlags & (1 << Self.flagBits - 1) }
+        get { unsafe orderAndFlags >> Self.orderShift }
+        set { unsafe orderAndFlags = unsafe newValue << Self.orderShift | orderAndFlags & (1 << Self.orderShift - 1) }
+    }
+    /// The ready line it waits on when ready: decided when it is linked, from its
+    /// priority or, on a queue that is not serial, its quality of service, as Foundation
+    /// decides it when the operation is added; changed only by a change of its priority.
+    var level: Int {
+        get { unsafe Int(truncatingIfNeeded: orderAndFlags >> Self.levelShift & 7) }
+        set { unsafe orderAndFlags = unsafe orderAndFlags & ~(7 << Self.levelShift) | UInt64(newValue) << Self.levelShift }
     }
     /// Set when the queue has registered this operation (its list and count): until
     /// then a readiness signal from another thread (a concurrent `cancel()`) is left

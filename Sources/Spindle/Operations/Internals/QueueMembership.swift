@@ -196,7 +196,7 @@ extension OperationQueue {
             op.setQueueRun(.started)
             unsafe out.config = unsafe DispatchConfig(s)
         } else if becomesReady {
-            unsafe s.push(op, level: s.level(of: op))
+            unsafe s.push(op)
             unsafe out.start = unsafe s.takeStartable(counts)
             unsafe out.config = unsafe out.start.isEmpty ? nil : DispatchConfig(s)
         }

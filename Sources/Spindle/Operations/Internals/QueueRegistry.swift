@@ -28,6 +28,7 @@ extension OperationQueue.State {
         unsafe op.queueFields.linked = true
         unsafe op.queueFields.order = unsafe nextOrder
         unsafe nextOrder &+= 1
+        unsafe op.queueFields.level = unsafe level(of: op)
         unsafe op.queueFields.prev = unsafe tail
         unsafe op.queueFields.next = nil
         if let t = unsafe tail { unsafe t.withGuaranteedReference { unsafe $0.queueFields.next = unsafe u } } else { unsafe head = unsafe u }

@@ -72,8 +72,9 @@ extension OperationQueue {
 extension OperationQueue.State {
     var readyIsEmpty: Bool { unsafe ready.isEmpty }
 
+    /// Puts `op` on its ready line (`QueueFields.level`).
     @inline(__always)
-    func push(_ op: Operation, level: Int) { unsafe ready.push(op, level: level) }
+    func push(_ op: Operation) { unsafe ready.push(op, level: op.queueFields.level) }
 
     /// The highest-priority ready operation, skipping retired ones, and handing back a
     /// plain one that has been given an unfinished dependency since it was found ready:
@@ -127,10 +128,10 @@ extension OperationQueue.State {
         }
     }
 
-    /// The ready list `op` belongs on: its queue priority; when none was assigned and
-    /// the queue is not serial, its quality of service's (Foundation's rule:
-    /// userInteractive as veryHigh, userInitiated high, utility low, background
-    /// veryLow).
+    /// The ready line `op` belongs on, decided as it is linked: its queue priority; when
+    /// none was assigned and the queue is not serial, its quality of service's
+    /// (Foundation's rule: userInteractive as veryHigh, userInitiated high, utility
+    /// low, background veryLow).
     func level(of op: Operation) -> Int { unsafe op.queueLevel(serial: maxConcurrent == 1) }
 
     /// Takes the operations that may start now and counts them as running in

@@ -102,7 +102,7 @@ extension OperationQueue {
             // Nothing else ready: the next link of a chain, or a dependent made ready while
             // its queue has room, starts without a trip through the rings.
             if let alone = unsafe s.takeAlone(op, counts) { return unsafe (alone, DispatchConfig(s)) }
-            unsafe s.push(op, level: s.level(of: op))
+            unsafe s.push(op)
             return unsafe (s.takeStartable(counts), DispatchConfig(s))
         }
         if let config { dispatch(start, config) }
@@ -119,20 +119,21 @@ extension OperationQueue {
         }
     }
 
-    /// Moves an unstarted operation whose priority changed from `old` to the end of its
-    /// new level, as Foundation does: it is given the queue's next `order`, and, when
-    /// it waits ready, moved to that level's line, so that the queue starts it in that
-    /// order. A change that leaves it on its level moves nothing.
-    func operationPriorityChanged(_ op: Operation, from old: Int8) {
+    /// Moves an unstarted operation whose priority changed to the end of its new level,
+    /// as Foundation does: it is given that level and the queue's next `order`, and,
+    /// when it waits ready, moved to that level's line, so that the queue starts it in
+    /// that order. A change that leaves it on its level moves nothing.
+    func operationPriorityChanged(_ op: Operation) {
         let (start, config) = unsafe state.locked { s -> (Startable, DispatchConfig?) in
             guard unsafe op.queueFields.linked, !op.queueRun.contains(.started), unsafe !op.queueFields.retired else { return (.none, nil) }
-            let serial = unsafe s.maxConcurrent == 1
-            let level = op.queueLevel(serial: serial)
-            guard level != op.queueLevel(serial: serial, raw: old) else { return (.none, nil) }
+            let level = unsafe s.level(of: op)
+            guard unsafe level != op.queueFields.level else { return (.none, nil) }
+            let ready = unsafe op.queueSync.readySignalled.load(ordering: .relaxed) && s.ready.remove(op)
+            unsafe op.queueFields.level = level
             unsafe op.queueFields.order = unsafe s.nextOrder
             unsafe s.nextOrder &+= 1
-            guard op.queueSync.readySignalled.load(ordering: .relaxed), unsafe s.ready.remove(op) else { return (.none, nil) }
-            unsafe s.push(op, level: level)
+            guard ready else { return (.none, nil) }
+            unsafe s.push(op)
             return unsafe (s.takeStartable(counts), DispatchConfig(s))
         }
         if let config { dispatch(start, config) }
