@@ -246,6 +246,18 @@ func queueScenarios() {
     }
 
     do {
+        // A barrier added to an empty queue that is suspended.
+        let q = OperationQueue()
+        q.isSuspended = true
+        let ran = DispatchSemaphore(value: 0)
+        q.addBarrierBlock { ran.signal() }
+        let returned = bounded("barrier.on-empty-suspended-queue", 5) { ran.wait() }
+        q.isSuspended = false
+        returned.wait()
+        q.waitUntilAllOperationsAreFinished()
+    }
+
+    do {
         // An operation that is never ready stays queued, cancelled or not.
         final class NeverReady: Operation, @unchecked Sendable {
             override var isReady: Bool { false }
