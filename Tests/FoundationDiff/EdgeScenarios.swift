@@ -63,6 +63,23 @@ func edgeScenarios() {
     }
 
     do {
+        // A finished operation given an unfinished dependency is not ready until that
+        // dependency finishes.
+        let done = named("done")
+        done.start()
+        let gate = DispatchSemaphore(value: 0), started = DispatchSemaphore(value: 0)
+        let running = named("running") { started.signal(); gate.wait() }
+        let q = OperationQueue()
+        q.addOperation(running)
+        started.wait()
+        done.addDependency(running)
+        let before = done.isReady
+        gate.signal()
+        running.waitUntilFinished()
+        show("finished.dependency-added-then-finished", [before, done.isReady])
+    }
+
+    do {
         // The width set back to its default, and its default through the constant.
         let q = OperationQueue()
         q.maxConcurrentOperationCount = 1

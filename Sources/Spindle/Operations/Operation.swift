@@ -257,7 +257,7 @@ open class Operation: @unchecked Sendable {
     /// An override decides alone, as with Foundation: one that leaves out `super.isReady`
     /// is started by its queue when it says true, whatever its dependencies.
     open var isReady: Bool {
-        isCancelled || guarded.locked { $0.unfinished == 0 }
+        isCancelled || dependenciesFinished
     }
 
     // MARK: - Notifications (the part of KVO operations depend on)

@@ -7,6 +7,26 @@ import XCTest
 /// Dependents are referenced without retaining them (Operations/Internals/Dependents.swift):
 /// these tests go after the ways that could touch freed memory or go quadratic.
 final class DependencyEdgeTests: XCTestCase {
+    /// A finished operation given an unfinished dependency is not ready until that
+    /// dependency finishes, as with Foundation: the dependency's finish passes a
+    /// finished dependent over without counting it down, and `isReady` then looks at
+    /// the dependencies themselves.
+    func testAFinishedOperationGivenADependencyIsReadyOnceItFinishes() {
+        let done = BlockOperation {}
+        done.start()
+        let gate = DispatchSemaphore(value: 0), started = DispatchSemaphore(value: 0)
+        let running = BlockOperation { started.signal(); gate.wait() }
+        let q = OperationQueue()
+        q.addOperation(running)
+        started.wait()
+        done.addDependency(running)
+        XCTAssertFalse(done.isReady)
+        gate.signal()
+        running.waitUntilFinished()
+        XCTAssertTrue(done.isReady)
+        XCTAssertTrue(done.isFinished)
+    }
+
     /// `dependencies` lists them in the order added, whichever are removed, as
     /// Foundation's does; the first is kept apart from the others internally.
     func testDependenciesKeepTheirOrderAsTheyAreAddedAndRemoved() {

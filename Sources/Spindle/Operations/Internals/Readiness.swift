@@ -85,6 +85,19 @@ extension Operation {
         }
     }
 
+    /// Whether every dependency has finished (`isReady` without the cancellation): the
+    /// count, or, for an operation that has begun its finish, the dependencies
+    /// themselves. The finish of a dependency added to it meanwhile passes it over (F2)
+    /// and leaves it counted; it is ready, as with Foundation, once each has finished.
+    var dependenciesFinished: Bool {
+        let (counted, late) = guarded.locked { g -> (Bool, OperationList?) in
+            if g.unfinished == 0 { return (true, nil) }
+            return (false, finishHandled.load(ordering: .acquiring) ? g.dependencies.snapshot() : nil)
+        }
+        guard !counted, let late else { return counted }
+        return late.allSatisfy { $0.isFinished }
+    }
+
     /// Whether readiness can turn false after the queue took the operation as ready: a
     /// class of its own may override `isReady`, and any operation can be given a new
     /// dependency. (A plain operation without dependencies skips the re-evaluation.)
