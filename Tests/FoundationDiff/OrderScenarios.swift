@@ -106,6 +106,13 @@ func orderScenarios() {
     for seed in 0..<300 {
         show("order.random.\(seed)", randomProgram(seed: seed))
     }
+
+    // Random programs whose operations act on the queue while they run: cancel an
+    // operation, change a priority, add an operation (with a dependency or not), give
+    // another operation a dependency, read the count or an operation's readiness.
+    for seed in 0..<300 {
+        show("order.acting.\(seed)", ActingProgram(seed: seed).run())
+    }
 }
 
 private func suspendedSerialQueue() -> OperationQueue {
@@ -193,4 +200,109 @@ private func randomProgram(seed: Int) -> String {
     }
     resumeAndWait(q)
     return "\(what): \(log.take())"
+}
+
+/// A program of `randomProgram`'s kind on a serial queue whose operations act on the
+/// queue while they run. Leaves out two actions that crash Foundation on Linux: an
+/// operation cancelling its whole queue, and an operation giving itself a dependency.
+private final class ActingProgram: @unchecked Sendable {
+    // @unchecked: written before the queue is resumed, then read by one operation at a
+    // time (the queue is serial), each after the one before it finished.
+    private enum Action {
+        case cancel(Int), priority(Int, Operation.QueuePriority), add(Operation.QueuePriority, dependency: Int?)
+        case dependency(Int, on: Int), count, readiness(Int)
+    }
+    private var ops: [BlockOperation] = []
+    private var actions: [[Action]] = []
+    private let queue = suspendedSerialQueue()
+    private var added = 0
+    private var what = ""
+
+    init(seed: Int) {
+        var r = Numbers(state: UInt64(seed) &* 104729 &+ 7)
+        let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
+        let n = 2 + r.below(11)
+        var order = Array(0..<n)
+        for i in stride(from: n - 1, to: 0, by: -1) { order.swapAt(i, r.below(i + 1)) }
+        var rank = [Int](repeating: 0, count: n)
+        for (k, i) in order.enumerated() { rank[i] = k }
+        for i in 0..<n {
+            let op = BlockOperation { [unowned self] in self.perform(i) }
+            if r.below(2) == 0 {
+                op.queuePriority = levels[r.below(5)]
+                what += " o\(i)=\(op.queuePriority.rawValue)"
+            }
+            ops.append(op)
+        }
+        for j in 1..<n where r.below(3) == 0 {
+            let k = r.below(j)
+            ops[order[j]].addDependency(ops[order[k]])
+            what += " o\(order[j])->o\(order[k])"
+        }
+        for i in 0..<n {
+            var acts: [Action] = []
+            for _ in 0..<r.below(3) {
+                switch r.below(6) {
+                case 0:
+                    let j = r.below(n)
+                    acts.append(.cancel(j))
+                    what += " [o\(i): cancel o\(j)]"
+                case 1:
+                    let j = r.below(n), p = levels[r.below(5)]
+                    acts.append(.priority(j, p))
+                    what += " [o\(i): o\(j)=\(p.rawValue)]"
+                case 2:
+                    let p = levels[r.below(5)], d: Int? = r.below(2) == 0 ? r.below(n) : nil
+                    acts.append(.add(p, dependency: d))
+                    what += " [o\(i): add \(p.rawValue) after \(d.map { "o\($0)" } ?? "-")]"
+                case 3:
+                    // Only on an operation later in the random order: no cycle.
+                    let j = r.below(n), k = r.below(n)
+                    if rank[k] < rank[j] && j != i {
+                        acts.append(.dependency(j, on: k))
+                        what += " [o\(i): o\(j)->o\(k)]"
+                    }
+                case 4:
+                    acts.append(.count)
+                    what += " [o\(i): count]"
+                default:
+                    let j = r.below(n)
+                    acts.append(.readiness(j))
+                    what += " [o\(i): ready o\(j)]"
+                }
+            }
+            actions.append(acts)
+        }
+        if r.below(2) == 0 {
+            queue.addOperations(ops, waitUntilFinished: false)
+        } else {
+            for op in ops { queue.addOperation(op) }
+        }
+    }
+
+    private func perform(_ i: Int) {
+        log.add("o\(i)")
+        for action in actions[i] {
+            switch action {
+            case .cancel(let j): ops[j].cancel()
+            case .priority(let j, let p): ops[j].queuePriority = p
+            case .add(let p, let d):
+                added += 1
+                let name = "n\(added)"
+                let op = logged(name, p)
+                if let d { op.addDependency(ops[d]) }
+                queue.addOperation(op)
+            case .dependency(let j, let k): ops[j].addDependency(ops[k])
+            case .count: log.add("#\(queue.operationCount)")
+            case .readiness(let j): log.add("o\(j)-ready:\(ops[j].isReady)")
+            }
+        }
+    }
+
+    /// Runs it; what it was, and what it did: the order, and each operation's end state.
+    func run() -> String {
+        resumeAndWait(queue)
+        let ends = ops.map { ($0.isCancelled ? "c" : "") + ($0.isFinished ? "f" : "") }
+        return "\(what): \(log.take()) | \(ends.joined(separator: ","))"
+    }
 }
