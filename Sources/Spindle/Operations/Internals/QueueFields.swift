@@ -123,7 +123,7 @@ struct QueueFields {
 /// lock (`Operation.queueRunFlags`): the finish reads them, and a runner sets one.
 ///
 /// Each is set once and never cleared, and each set happens after the sets before it:
-/// the add sets `held` and `addedByCaller` before the operation is shared, or sets
+/// the add sets `held` and `addedByCaller` before the queue links the operation, or sets
 /// `held` under the lock; whoever starts it sets `started` under the lock before it
 /// runs; its runner sets `reportsProgress` before `start()`. So a set is a load and a
 /// store, not a read-modify-write. The byte is atomic so that reading it while another

@@ -23,7 +23,7 @@ extension OperationQueue {
         /// How many operations are linked, finished or not.
         var linked = 0
         /// The next `QueueFields.order` to give: one per operation linked or moved to
-        /// another priority level. 64 bits never wrap.
+        /// another priority level. The 58 bits an order is kept in never wrap.
         var nextOrder: UInt64 = 0
         /// Finishers releasing the list of a drained queue (see `isDrained`).
         var releasing = 0
