@@ -1,7 +1,8 @@
-/// The ready operations of a queue: one line per priority level, each kept in the
-/// order its operations were added (`QueueFields.order`), as Foundation's queue starts
-/// them: among the ready operations of the highest priority, the one added first, even
-/// when it became ready after operations added behind it.
+/// The ready operations of a queue: one line per priority level and one for barriers
+/// above them (`QueueFields.level`), each kept in the order its operations were added
+/// (`QueueFields.order`), as Foundation's queue starts them: among the ready operations
+/// of the highest priority, the one added first, even when it became ready after
+/// operations added behind it.
 ///
 /// Each line is a FIFO ring of unretained references that grows by doubling, and a
 /// binary heap beside it, by `order`, for late arrivals. An operation goes to the ring
@@ -20,7 +21,7 @@
 /// One object per queue, made with it. (The heaps are Arrays: only late arrivals use
 /// them.)
 ///
-/// The slots hold no reference: the queue's list holds every operation in a ring, and
+/// The slots hold no reference: the queue's list holds every operation in a line, and
 /// does not release one while `QueueFields.inRing` is set (QueueRegistry.swift). A
 /// retained slot would cost a retain on the adding thread and a release on the worker
 /// that starts the operation, both on the object's header line, for each operation a
