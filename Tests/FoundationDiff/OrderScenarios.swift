@@ -203,16 +203,19 @@ private func randomProgram(seed: Int) -> String {
 }
 
 /// A program of `randomProgram`'s kind on a serial queue whose operations act on the
-/// queue while they run. Leaves out two actions that crash Foundation on Linux: an
-/// operation cancelling its whole queue, and an operation giving itself a dependency.
+/// queue while they run. Some of its operations are asynchronous (they finish on a
+/// thread of their own, after their actions), and some have an `isReady` of their own,
+/// closed until another operation opens it. Leaves out two actions that crash
+/// Foundation on Linux: an operation cancelling its whole queue, and an operation
+/// giving itself a dependency.
 private final class ActingProgram: @unchecked Sendable {
     // @unchecked: written before the queue is resumed, then read by one operation at a
     // time (the queue is serial), each after the one before it finished.
     private enum Action {
         case cancel(Int), priority(Int, Operation.QueuePriority), add(Operation.QueuePriority, dependency: Int?)
-        case dependency(Int, on: Int), count, readiness(Int)
+        case dependency(Int, on: Int), count, readiness(Int), open(Int)
     }
-    private var ops: [BlockOperation] = []
+    private var ops: [Operation] = []
     private var actions: [[Action]] = []
     private let queue = suspendedSerialQueue()
     private var added = 0
@@ -222,12 +225,30 @@ private final class ActingProgram: @unchecked Sendable {
         var r = Numbers(state: UInt64(seed) &* 104729 &+ 7)
         let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
         let n = 2 + r.below(11)
+        // Dependencies, the program's and those added while it runs, and who opens a
+        // gate all follow a random order of the operations: each waits only for ones
+        // before it there, so nothing waits in a cycle, and every gate is opened.
         var order = Array(0..<n)
         for i in stride(from: n - 1, to: 0, by: -1) { order.swapAt(i, r.below(i + 1)) }
         var rank = [Int](repeating: 0, count: n)
         for (k, i) in order.enumerated() { rank[i] = k }
+        var openers = Set<Int>()
+        var opens: [Int: Int] = [:]
         for i in 0..<n {
-            let op = BlockOperation { [unowned self] in self.perform(i) }
+            let op: Operation
+            switch rank[i] == 0 ? 0 : r.below(6) {
+            case 1:
+                op = FinishingLater { [unowned self] in self.perform(i) }
+                what += " o\(i):async"
+            case 2:
+                op = Gated { [unowned self] in self.perform(i) }
+                let opener = order[r.below(rank[i])]
+                opens[i] = opener
+                openers.insert(opener)
+                what += " o\(i):gated-by-o\(opener)"
+            default:
+                op = BlockOperation { [unowned self] in self.perform(i) }
+            }
             if r.below(2) == 0 {
                 op.queuePriority = levels[r.below(5)]
                 what += " o\(i)=\(op.queuePriority.rawValue)"
@@ -244,7 +265,9 @@ private final class ActingProgram: @unchecked Sendable {
             for _ in 0..<r.below(3) {
                 switch r.below(6) {
                 case 0:
+                    // An opener is never cancelled: its gate would stay closed.
                     let j = r.below(n)
+                    guard !openers.contains(j) else { continue }
                     acts.append(.cancel(j))
                     what += " [o\(i): cancel o\(j)]"
                 case 1:
@@ -256,7 +279,6 @@ private final class ActingProgram: @unchecked Sendable {
                     acts.append(.add(p, dependency: d))
                     what += " [o\(i): add \(p.rawValue) after \(d.map { "o\($0)" } ?? "-")]"
                 case 3:
-                    // Only on an operation later in the random order: no cycle.
                     let j = r.below(n), k = r.below(n)
                     if rank[k] < rank[j] && j != i {
                         acts.append(.dependency(j, on: k))
@@ -272,6 +294,9 @@ private final class ActingProgram: @unchecked Sendable {
                 }
             }
             actions.append(acts)
+        }
+        for (gated, opener) in opens.sorted(by: { $0.key < $1.key }) {
+            actions[opener].insert(.open(gated), at: r.below(actions[opener].count + 1))
         }
         if r.below(2) == 0 {
             queue.addOperations(ops, waitUntilFinished: false)
@@ -295,6 +320,7 @@ private final class ActingProgram: @unchecked Sendable {
             case .dependency(let j, let k): ops[j].addDependency(ops[k])
             case .count: log.add("#\(queue.operationCount)")
             case .readiness(let j): log.add("o\(j)-ready:\(ops[j].isReady)")
+            case .open(let j): (ops[j] as? Gated)?.openGate()
             }
         }
     }
@@ -304,5 +330,34 @@ private final class ActingProgram: @unchecked Sendable {
         resumeAndWait(queue)
         let ends = ops.map { ($0.isCancelled ? "c" : "") + ($0.isFinished ? "f" : "") }
         return "\(what): \(log.take()) | \(ends.joined(separator: ","))"
+    }
+}
+
+/// An asynchronous operation that does its work, then finishes, on a thread of its own.
+private final class FinishingLater: Operation, @unchecked Sendable {
+    // @unchecked: the flags are only touched under `lock`.
+    private let lock = NSLock()
+    private var executing = false, finished = false
+    private let work: @Sendable () -> Void
+    init(_ work: @escaping @Sendable () -> Void) { self.work = work }
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { lock.lock(); defer { lock.unlock() }; return executing }
+    override var isFinished: Bool { lock.lock(); defer { lock.unlock() }; return finished }
+    override func start() {
+        guard !isCancelled else { return finish() }
+        willChangeValue(forKey: "isExecuting")
+        lock.lock(); executing = true; lock.unlock()
+        didChangeValue(forKey: "isExecuting")
+        Thread.detachNewThread { [self] in
+            work()
+            finish()
+        }
+    }
+    private func finish() {
+        willChangeValue(forKey: "isExecuting")
+        willChangeValue(forKey: "isFinished")
+        lock.lock(); executing = false; finished = true; lock.unlock()
+        didChangeValue(forKey: "isExecuting")
+        didChangeValue(forKey: "isFinished")
     }
 }

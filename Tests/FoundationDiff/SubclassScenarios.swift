@@ -73,13 +73,15 @@ final class Gated: Operation, @unchecked Sendable {
     // @unchecked: `open` is only touched under `lock`.
     private let lock = NSLock()
     private var open = false
+    private let work: @Sendable () -> Void
+    init(_ work: @escaping @Sendable () -> Void = { log.add("gated") }) { self.work = work }
     override var isReady: Bool { lock.lock(); defer { lock.unlock() }; return open && super.isReady }
     func openGate() {
         willChangeValue(forKey: "isReady")
         lock.lock(); open = true; lock.unlock()
         didChangeValue(forKey: "isReady")
     }
-    override func main() { log.add("gated") }
+    override func main() { work() }
 }
 
 /// Subclasses in the shapes code written for Foundation uses.
