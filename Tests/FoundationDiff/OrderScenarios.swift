@@ -11,79 +11,61 @@ import Dispatch
 /// any other ready operation. Each queue is suspended while it is filled and resumed
 /// once, so what it runs next never depends on timing.
 func orderScenarios() {
-    do {
-        // `b` becomes ready after `c`, which was added after it.
-        let q = suspendedSerialQueue()
+    // `b` becomes ready after `c`, which was added after it.
+    show("order.ready-later-added-first", observedOrder { q in
         let x = logged("x"), b = logged("b"), c = logged("c")
         b.addDependency(x)
         q.addOperations([x, b, c], waitUntilFinished: false)
-        resumeAndWait(q)
-        show("order.ready-later-added-first", log.take())
-    }
+    })
 
-    do {
-        // Dependents made ready by one finish start in the order they were added, not in
-        // the order the finishing operation lists them.
-        let q = suspendedSerialQueue()
+    // Dependents made ready by one finish start in the order they were added, not in
+    // the order the finishing operation lists them.
+    show("order.fan-out", observedOrder { q in
         let root = logged("root")
         let dependents = (0..<24).map { logged("d\($0)") }
         for d in dependents { d.addDependency(root) }
         q.addOperations(dependents + [root], waitUntilFinished: false)
-        resumeAndWait(q)
-        show("order.fan-out", log.take())
-    }
+    })
 
-    do {
-        // Raised and lowered back, `a` is at the end of its level; set to the priority it
-        // already has, `b` stays where it is.
-        let q = suspendedSerialQueue()
+    // Raised and lowered back, `a` is at the end of its level; set to the priority it
+    // already has, `b` stays where it is.
+    show("order.priority-moves-to-end", observedOrder { q in
         let a = logged("a"), b = logged("b"), c = logged("c")
         q.addOperations([a, b, c], waitUntilFinished: false)
         a.queuePriority = .high
         a.queuePriority = .normal
         b.queuePriority = .normal
-        resumeAndWait(q)
-        show("order.priority-moves-to-end", log.take())
-    }
+    })
 
-    do {
-        // The same for an operation that is not ready yet when its priority changes.
-        let q = suspendedSerialQueue()
+    // The same for an operation that is not ready yet when its priority changes.
+    show("order.priority-moves-waiting-to-end", observedOrder { q in
         let x = logged("x", .veryHigh), a = logged("a"), b = logged("b")
         a.addDependency(x)
         q.addOperations([x, a, b], waitUntilFinished: false)
         a.queuePriority = .low
         a.queuePriority = .normal
-        resumeAndWait(q)
-        show("order.priority-moves-waiting-to-end", log.take())
-    }
+    })
 
-    do {
-        // A barrier starts ahead of a cancelled operation added after it, which is ready
-        // at once, so `d`, which waits for that operation, runs after `a`.
-        let q = suspendedSerialQueue()
-        let z = logged("z", .high)
-        q.addOperation(z)
+    // A barrier starts ahead of a cancelled operation added after it, which is ready at
+    // once, so `d`, which waits for that operation, runs after `a`.
+    show("order.barrier-ahead-of-cancelled", observedOrder { q in
+        q.addOperation(logged("z", .high))
         q.addBarrierBlock { log.add("B") }
         let a = logged("a", .high), c = logged("c", .high), d = logged("d", .veryHigh)
         d.addDependency(c)
         q.addOperations([a, c, d], waitUntilFinished: false)
         c.cancel()
-        resumeAndWait(q)
-        show("order.barrier-ahead-of-cancelled", log.take())
-    }
+    })
 
-    do {
-        // An operation with a quality of service of its own and no priority, on a serial
-        // queue (where its class gives it no level): a new priority moves it.
-        let q = suspendedSerialQueue()
-        let a = BlockOperation { log.add("a") }, b = logged("b"), c = logged("c")
-        a.qualityOfService = .userInitiated
-        q.addOperations([a, b, c], waitUntilFinished: false)
-        a.queuePriority = .low
-        resumeAndWait(q)
-        show("order.qos-operation-priority-change", [log.take(), "\(a.queuePriority.rawValue)"])
+    // An operation with a quality of service of its own and no priority, on a serial
+    // queue (where its class gives it no level): a new priority moves it.
+    let withClass = BlockOperation { log.add("a") }
+    let moved = observedOrder { q in
+        withClass.qualityOfService = .userInitiated
+        q.addOperations([withClass, logged("b"), logged("c")], waitUntilFinished: false)
+        withClass.queuePriority = .low
     }
+    show("order.qos-operation-priority-change", [moved, "\(withClass.queuePriority.rawValue)"])
 
     do {
         // The same on a queue that is not serial, given the priority its class already
@@ -120,6 +102,14 @@ private func suspendedSerialQueue() -> OperationQueue {
     q.maxConcurrentOperationCount = 1
     q.isSuspended = true
     return q
+}
+
+/// What a suspended serial queue that `fill` filled ran, once resumed.
+private func observedOrder(_ fill: (OperationQueue) -> Void) -> String {
+    let q = suspendedSerialQueue()
+    fill(q)
+    resumeAndWait(q)
+    return log.take()
 }
 
 private func resumeAndWait(_ q: OperationQueue) {
