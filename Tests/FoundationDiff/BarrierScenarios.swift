@@ -50,6 +50,22 @@ func barrierScenarios() {
         show("barrier.priority-does-not-jump-it", log.take())
     }
 
+    // An operation cancelled before it is added, added behind a barrier that waits: it
+    // finishes without running. On a thread of its own: on Foundation on Linux the add
+    // does not return.
+    bounded("barrier.cancelled-added-behind", 2) {
+        let q = OperationQueue()
+        q.isSuspended = true
+        q.addOperation { log.add("a") }
+        q.addBarrierBlock { log.add("barrier") }
+        let c = BlockOperation { log.add("c") }
+        c.cancel()
+        q.addOperation(c)
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        show("barrier.cancelled-added-behind.after", [log.take(), "\(c.isCancelled)", "\(c.isFinished)"])
+    }
+
     do {
         let op = BlockOperation { log.add("ran") }
         op.start()

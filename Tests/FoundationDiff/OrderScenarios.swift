@@ -121,15 +121,6 @@ private func logged(_ name: String, _ priority: Operation.QueuePriority = .norma
     named(name, priority) { log.add(name) }
 }
 
-/// A linear congruential generator: the same numbers on both sides.
-private struct Numbers {
-    var state: UInt64
-    mutating func below(_ n: Int) -> Int {
-        state = state &* 6364136223846793005 &+ 1442695040888963407
-        return Int((state >> 33) % UInt64(n))
-    }
-}
-
 /// Runs one random program and returns what it did: its operations' priorities, what
 /// was done to them, and the order they ran in.
 private func randomProgram(seed: Int) -> String {
@@ -324,7 +315,7 @@ private final class ActingProgram: @unchecked Sendable {
 }
 
 /// An asynchronous operation that does its work, then finishes, on a thread of its own.
-private final class FinishingLater: Operation, @unchecked Sendable {
+final class FinishingLater: Operation, @unchecked Sendable {
     // @unchecked: the flags are only touched under `lock`.
     private let lock = NSLock()
     private var executing = false, finished = false

@@ -46,6 +46,15 @@ func bounded(_ name: String, _ seconds: Double, _ body: @escaping @Sendable () -
     return returned
 }
 
+/// A linear congruential generator: the same numbers on both sides.
+struct Numbers {
+    var state: UInt64
+    mutating func below(_ n: Int) -> Int {
+        state = state &* 6364136223846793005 &+ 1442695040888963407
+        return Int((state >> 33) % UInt64(n))
+    }
+}
+
 func names(_ ops: [Operation]) -> [String] { ops.map { $0.name ?? "nil" } }
 
 let priorities: [(String, Operation.QueuePriority)] = [("lo", .low), ("hi", .high), ("n", .normal), ("vh", .veryHigh)]

@@ -1,0 +1,240 @@
+#if SPINDLE
+import Spindle
+#else
+import Foundation
+#endif
+import Dispatch
+
+/// Queues wider than one. Their order depends on timing on both sides, so a program here
+/// is observed only through what cannot race: which operations ran their work and how
+/// often, each one's end state, whether its completion block ran, what the queue holds
+/// once drained, and whether the queue ever broke a rule that holds in every order — more
+/// operations running at once than its width, work begun before one of its dependencies
+/// finished, a barrier begun before the work added ahead of it finished, work added
+/// behind a barrier begun before the barrier finished.
+func wideScenarios() {
+    for seed in 0..<300 {
+        show("wide.random.\(seed)", WideProgram(seed: seed).run())
+    }
+}
+
+/// A random program on a suspended queue of width 2 to 4 or the default: operations of
+/// random priorities and classes, some asynchronous and some with an `isReady` of their
+/// own, dependencies among them, a barrier among the adds, cancellations; resumed, its
+/// operations act on the queue while they run. Every action has one outcome in every
+/// order: an operation cancels only one that waits for it, gives a dependency only to
+/// one that waits for it, and adds operations that nothing waits for.
+private final class WideProgram: @unchecked Sendable {
+    // @unchecked: the fields above `all` are written before the queue is resumed and
+    // only read after; `all` and those below it only under `lock`.
+    private enum Action { case cancel(Int), add(dependency: Int?), dependency(Int, on: Int), width(Int), open(Int) }
+    private let lock = NSLock()
+    private let queue = OperationQueue()
+    private var ops: [Operation] = []
+    private var actions: [[Action]] = []
+    private var pauses: [UInt32] = []
+    private var beforeBarrier: [Operation] = []
+    private var afterBarrier = Set<Int>()
+    private var hasBarrier = false
+    private var what = ""
+    /// The largest width the queue is given; nil: the default width, which bounds nothing
+    /// the program can check.
+    private var widest: Int?
+    // Under `lock`:
+    private var all: [Operation] = []
+    private var runs: [Int] = []
+    private var completions: [Int] = []
+    private var running = 0, mostRunning = 0
+    private var barrierDone = false
+    private var broken: [String] = []
+
+    init(seed: Int) {
+        var r = Numbers(state: UInt64(seed) &* 15485863 &+ 11)
+        let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
+        let classes: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
+        let widths = [2, 3, 4, -1]
+        let width = widths[r.below(4)]
+        widest = width > 0 ? width : nil
+        queue.isSuspended = true
+        let widthAfterAdding = r.below(3) == 0
+        if !widthAfterAdding { queue.maxConcurrentOperationCount = width }
+        what = "width \(width)\(widthAfterAdding ? " set after adding" : "")"
+        let n = 3 + r.below(14)
+        // Dependencies, those of the program and those given while it runs, and who
+        // opens a gate all follow a random order of the operations: each waits only for
+        // ones before it there, so nothing waits in a cycle. Nothing added ahead of the
+        // barrier waits for something added behind it, which waits for the barrier.
+        var order = Array(0..<n)
+        for i in stride(from: n - 1, to: 0, by: -1) { order.swapAt(i, r.below(i + 1)) }
+        var rank = [Int](repeating: 0, count: n)
+        for (k, i) in order.enumerated() { rank[i] = k }
+        let barrierAt = r.below(2) == 0 ? r.below(n) : n
+        if barrierAt < n { what += " barrier-before-o\(barrierAt)" }
+        func mayWait(_ j: Int, on k: Int) -> Bool { rank[k] < rank[j] && !(j < barrierAt && k >= barrierAt) }
+        var openers = Set<Int>()
+        var opens: [Int: Int] = [:]
+        for i in 0..<n {
+            let op: Operation
+            let candidates = (0..<n).filter { mayWait(i, on: $0) }
+            switch r.below(5) {
+            case 1:
+                op = FinishingLater { [unowned self] in self.perform(i) }
+                what += " o\(i):async"
+            case 2 where !candidates.isEmpty:
+                op = Gated { [unowned self] in self.perform(i) }
+                let opener = candidates[r.below(candidates.count)]
+                opens[i] = opener
+                openers.insert(opener)
+                what += " o\(i):gated-by-o\(opener)"
+            default:
+                op = BlockOperation { [unowned self] in self.perform(i) }
+            }
+            if r.below(2) == 0 {
+                op.queuePriority = levels[r.below(5)]
+                what += " o\(i)=\(op.queuePriority.rawValue)"
+            }
+            if r.below(3) == 0 {
+                op.qualityOfService = classes[r.below(5)]
+                what += " o\(i):\(op.qualityOfService)"
+            }
+            op.completionBlock = { [self] in lock.lock(); completions[i] += 1; lock.unlock() }
+            ops.append(op)
+            pauses.append(r.below(2) == 0 ? UInt32(200 + r.below(1000)) : 0)
+            if i >= barrierAt { afterBarrier.insert(i) }
+        }
+        beforeBarrier = Array(ops[..<barrierAt])
+        var dependents = [[Int]](repeating: [], count: n)
+        // Few dependencies each, so that more operations are ready at once than the
+        // queue's width.
+        for j in 0..<n {
+            let candidates = (0..<n).filter { mayWait(j, on: $0) }
+            for _ in 0..<(candidates.isEmpty ? 0 : r.below(3)) {
+                let k = candidates[r.below(candidates.count)]
+                guard !dependents[k].contains(j) else { continue }
+                ops[j].addDependency(ops[k])
+                dependents[k].append(j)
+                what += " o\(j)->o\(k)"
+            }
+        }
+        for i in 0..<n {
+            var acts: [Action] = []
+            for _ in 0..<r.below(3) {
+                switch r.below(4) {
+                case 0:
+                    // Only one that waits for this one has not begun, whatever the order;
+                    // an opener is never cancelled, or its gate would stay closed.
+                    let waiting = dependents[i].filter { !openers.contains($0) }
+                    guard !waiting.isEmpty else { continue }
+                    let j = waiting[r.below(waiting.count)]
+                    acts.append(.cancel(j))
+                    what += " [o\(i): cancel o\(j)]"
+                case 1:
+                    let d: Int? = r.below(2) == 0 ? r.below(n) : nil
+                    acts.append(.add(dependency: d))
+                    what += " [o\(i): add after \(d.map { "o\($0)" } ?? "-")]"
+                case 2:
+                    guard !dependents[i].isEmpty else { continue }
+                    let j = dependents[i][r.below(dependents[i].count)], k = r.below(n)
+                    guard mayWait(j, on: k) else { continue }
+                    acts.append(.dependency(j, on: k))
+                    what += " [o\(i): o\(j)->o\(k)]"
+                default:
+                    let w = 1 + r.below(4)
+                    acts.append(.width(w))
+                    widest = widest.map { max($0, w) }
+                    what += " [o\(i): width \(w)]"
+                }
+            }
+            actions.append(acts)
+        }
+        for (gated, opener) in opens.sorted(by: { $0.key < $1.key }) {
+            actions[opener].insert(.open(gated), at: r.below(actions[opener].count + 1))
+        }
+        all = ops
+        runs = [Int](repeating: 0, count: n)
+        completions = runs
+        for (i, op) in ops.enumerated() {
+            if i == barrierAt {
+                hasBarrier = true
+                queue.addBarrierBlock { [self] in barrier() }
+            }
+            queue.addOperation(op)
+        }
+        // Cancelled once added: Foundation on Linux deadlocks adding a cancelled operation
+        // behind a barrier (barrier.cancelled-added-behind).
+        for i in 0..<n where !openers.contains(i) && r.below(6) == 0 {
+            ops[i].cancel()
+            what += " cancel-o\(i)"
+        }
+        if widthAfterAdding { queue.maxConcurrentOperationCount = width }
+    }
+
+    /// The work of operation `i` (an index into `all`).
+    private func perform(_ i: Int) {
+        lock.lock()
+        let op = all[i]
+        runs[i] += 1
+        running += 1
+        mostRunning = max(mostRunning, running)
+        if hasBarrier && !barrierDone && (i >= ops.count || afterBarrier.contains(i)) { broken.append("\(i) before the barrier") }
+        lock.unlock()
+        let early = op.dependencies.filter { !$0.isFinished }.count
+        if early > 0 { lock.lock(); broken.append("\(i) before \(early) of its dependencies"); lock.unlock() }
+        if i < ops.count {
+            if pauses[i] > 0 { usleep(pauses[i]) }
+            for action in actions[i] { act(action) }
+        }
+        lock.lock(); running -= 1; lock.unlock()
+    }
+
+    private func barrier() {
+        lock.lock(); running += 1; mostRunning = max(mostRunning, running); lock.unlock()
+        let early = beforeBarrier.filter { !$0.isFinished }.count
+        lock.lock()
+        if early > 0 { broken.append("barrier before \(early) ahead of it") }
+        running -= 1
+        barrierDone = true
+        lock.unlock()
+    }
+
+    private func act(_ action: Action) {
+        switch action {
+        case .cancel(let j): ops[j].cancel()
+        case .add(let d):
+            let op = BlockOperation()
+            lock.lock()
+            let index = all.count
+            all.append(op)
+            runs.append(0)
+            completions.append(0)
+            lock.unlock()
+            op.addExecutionBlock { [unowned self] in perform(index) }
+            op.completionBlock = { [self] in lock.lock(); completions[index] += 1; lock.unlock() }
+            if let d { op.addDependency(ops[d]) }
+            queue.addOperation(op)
+        case .dependency(let j, let k): ops[j].addDependency(ops[k])
+        case .width(let w): queue.maxConcurrentOperationCount = w
+        case .open(let j): (ops[j] as? Gated)?.openGate()
+        }
+    }
+
+    /// Runs it; what it was, and what it did.
+    func run() -> String {
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+        let drained = "\(queue.operationCount)/\(queue.operations.count)"
+        // Completion blocks run after their operations finish, so possibly after the wait.
+        let deadline = DispatchTime.now() + 10
+        while DispatchTime.now() < deadline {
+            lock.lock(); let done = completions.allSatisfy { $0 > 0 }; lock.unlock()
+            if done { break }
+            usleep(1000)
+        }
+        lock.lock()
+        defer { lock.unlock() }
+        let ends = all.map { ($0.isCancelled ? "c" : "") + ($0.isFinished ? "f" : "") }
+        let bound = widest.map { mostRunning <= $0 ? "within" : "over (\(mostRunning) > \($0))" } ?? "-"
+        return "\(what): runs \(runs.map(String.init).joined()) | completions \(completions.map(String.init).joined())"
+            + " | \(ends.joined(separator: ",")) | width \(bound) | drained \(drained) | broken \(broken)"
+    }
+}
