@@ -344,6 +344,26 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(log.all, Array(repeating: "before", count: 5) + ["barrier"] + Array(repeating: "after", count: 5))
     }
 
+    /// An operation cancelled before it is added, added behind a barrier that waits: the
+    /// add returns (Foundation on Linux deadlocks here), and the operation finishes
+    /// without running, while the work ahead of the barrier and the barrier run.
+    func testACancelledOperationAddedBehindAWaitingBarrierFinishesWithoutRunning() {
+        let q = OperationQueue()
+        let log = Log()
+        q.isSuspended = true
+        q.addOperation { log.add("a") }
+        q.addBarrierBlock { log.add("barrier") }
+        let c = BlockOperation { log.add("c") }
+        c.cancel()
+        q.addOperation(c)
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(log.all, ["a", "barrier"])
+        XCTAssertTrue(c.isCancelled)
+        XCTAssertTrue(c.isFinished)
+        XCTAssertEqual(q.operationCount, 0)
+    }
+
     func testProgressCountsFinishedOperations() {
         let q = OperationQueue()
         q.progress.totalUnitCount = 10
