@@ -21,15 +21,21 @@ func wideScenarios() {
 /// A random program on a suspended queue of width 2 to 4 or the default: operations of
 /// random priorities and classes, some asynchronous and some with an `isReady` of their
 /// own, dependencies among them, a barrier among the adds, cancellations; resumed, its
-/// operations act on the queue while they run. Every action has one outcome in every
-/// order: an operation cancels only one that waits for it, gives a dependency only to
-/// one that waits for it, and adds operations that nothing waits for.
+/// operations act on the queue while they run, or add work to another queue and wait
+/// for it there, holding their thread. Every action has one outcome in every order: an
+/// operation cancels only one that waits for it, gives a dependency only to one that
+/// waits for it, and adds operations that nothing waits for.
 private final class WideProgram: @unchecked Sendable {
     // @unchecked: the fields above `all` are written before the queue is resumed and
     // only read after; `all` and those below it only under `lock`.
-    private enum Action { case cancel(Int), add(dependency: Int?), dependency(Int, on: Int), width(Int), open(Int) }
+    private enum Action {
+        case cancel(Int), add(dependency: Int?), dependency(Int, on: Int), width(Int), open(Int)
+        case wait(Int, QualityOfService)
+    }
     private let lock = NSLock()
     private let queue = OperationQueue()
+    /// Where operations add work and wait for it, blocking a thread of `queue`'s.
+    private let side = OperationQueue()
     private var ops: [Operation] = []
     private var actions: [[Action]] = []
     private var pauses: [UInt32] = []
@@ -119,7 +125,7 @@ private final class WideProgram: @unchecked Sendable {
         for i in 0..<n {
             var acts: [Action] = []
             for _ in 0..<r.below(3) {
-                switch r.below(4) {
+                switch r.below(5) {
                 case 0:
                     // Only one that waits for this one has not begun, whatever the order;
                     // an opener is never cancelled, or its gate would stay closed.
@@ -138,6 +144,10 @@ private final class WideProgram: @unchecked Sendable {
                     guard mayWait(j, on: k) else { continue }
                     acts.append(.dependency(j, on: k))
                     what += " [o\(i): o\(j)->o\(k)]"
+                case 3:
+                    let count = 1 + r.below(3), qos = classes[r.below(5)]
+                    acts.append(.wait(count, qos))
+                    what += " [o\(i): wait for \(count) \(qos)]"
                 default:
                     let w = 1 + r.below(4)
                     acts.append(.width(w))
@@ -201,21 +211,35 @@ private final class WideProgram: @unchecked Sendable {
         switch action {
         case .cancel(let j): ops[j].cancel()
         case .add(let d):
-            let op = BlockOperation()
-            lock.lock()
-            let index = all.count
-            all.append(op)
-            runs.append(0)
-            completions.append(0)
-            lock.unlock()
-            op.addExecutionBlock { [unowned self] in perform(index) }
-            op.completionBlock = { [self] in lock.lock(); completions[index] += 1; lock.unlock() }
+            let op = extra { [unowned self] in perform($0) }
             if let d { op.addDependency(ops[d]) }
             queue.addOperation(op)
         case .dependency(let j, let k): ops[j].addDependency(ops[k])
         case .width(let w): queue.maxConcurrentOperationCount = w
         case .open(let j): (ops[j] as? Gated)?.openGate()
+        case .wait(let count, let qos):
+            let work = (0..<count).map { _ in
+                let op = extra { [self] index in lock.lock(); runs[index] += 1; lock.unlock() }
+                op.qualityOfService = qos
+                return op
+            }
+            side.addOperations(work, waitUntilFinished: true)
         }
+    }
+
+    /// An operation made while the program runs, counted as the program's own are; its
+    /// work is `body`, given the operation's index in `all`.
+    private func extra(_ body: @escaping @Sendable (Int) -> Void) -> BlockOperation {
+        let op = BlockOperation()
+        lock.lock()
+        let index = all.count
+        all.append(op)
+        runs.append(0)
+        completions.append(0)
+        lock.unlock()
+        op.addExecutionBlock { body(index) }
+        op.completionBlock = { [self] in lock.lock(); completions[index] += 1; lock.unlock() }
+        return op
     }
 
     /// Runs it; what it was, and what it did.
