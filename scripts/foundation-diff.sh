@@ -7,9 +7,26 @@
 # The scenarios are compiled twice, into two executables of a package generated under
 # .build-diff (kept between runs, so that only what changed is rebuilt): one against
 # Foundation, one with -DSPINDLE against this checkout.
+#
+#   scripts/foundation-diff.sh                      both sides in debug builds
+#   scripts/foundation-diff.sh --sanitize=thread    Spindle's side under a sanitizer
+#                                                   (thread or address; the caller sets
+#                                                   SPINDLE_TSAN/TSAN_OPTIONS or their
+#                                                   ASan counterparts, as for the tests)
+#
+# Under a sanitizer the scenarios become a test of Spindle's own code on what
+# Foundation's programs do to it: the random programs, wide queues among them, act on
+# queues from many threads at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
+sanitize=()
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize=thread|--sanitize=address) sanitize=("$arg") ;;
+    *) echo "usage: scripts/foundation-diff.sh [--sanitize=thread|--sanitize=address]" >&2; exit 2 ;;
+  esac
+done
 dir="$repo/.build-diff"
 pkg="$dir/pkg"
 rm -rf "$pkg/Sources"
@@ -36,6 +53,13 @@ let package = Package(
 SWIFT
 (cd "$pkg" && swift build --scratch-path "$dir/build" 2>&1) > "$dir/build.log" || { cat "$dir/build.log"; exit 1; }
 bin=$(cd "$pkg" && swift build --scratch-path "$dir/build" --show-bin-path)
+traces=("$bin/FoundationTrace" "$bin/SpindleTrace")
+if [ ${#sanitize[@]} -gt 0 ]; then
+  scratch="$dir/build-${sanitize[0]#--sanitize=}"
+  (cd "$pkg" && swift build --scratch-path "$scratch" "${sanitize[@]}" --product SpindleTrace 2>&1) > "$dir/build.log" ||
+    { cat "$dir/build.log"; exit 1; }
+  traces[1]="$(cd "$pkg" && swift build --scratch-path "$scratch" "${sanitize[@]}" --show-bin-path)/SpindleTrace"
+fi
 # A run that dies fails the check, with one exception: Foundation's own run dying on a
 # signal is a crash inside the reference (Foundation on Linux has data races of its own,
 # and the scenarios keep away from those they know), which says nothing of Spindle; that
@@ -43,10 +67,11 @@ bin=$(cd "$pkg" && swift build --scratch-path "$dir/build" --show-bin-path)
 # observation before it. Spindle's run is never repeated.
 for side in Foundation Spindle; do
   attempts=1
-  [ "$side" = Foundation ] && attempts=3
+  trace=${traces[1]}
+  [ "$side" = Foundation ] && attempts=3 && trace=${traces[0]}
   for attempt in $(seq 1 "$attempts"); do
     rc=0
-    timeout 300 "$bin/${side}Trace" > "$dir/$side.out" 2> "$dir/$side.err" || rc=$?
+    timeout 300 "$trace" > "$dir/$side.out" 2> "$dir/$side.err" || rc=$?
     [ "$rc" -eq 0 ] && break
     if [ "$rc" -gt 128 ] && [ "$attempt" -lt "$attempts" ]; then
       echo "foundation-diff: Foundation's own run died on signal $((rc - 128)) after" \
