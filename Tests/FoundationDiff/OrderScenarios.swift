@@ -216,25 +216,13 @@ private final class ActingProgram: @unchecked Sendable {
         var openers = Set<Int>()
         var opens: [Int: Int] = [:]
         for i in 0..<n {
-            let op: Operation
-            switch rank[i] == 0 ? 0 : r.below(6) {
-            case 1:
-                op = FinishingLater { [unowned self] in self.perform(i) }
-                what += " o\(i):async"
-            case 2:
-                op = Gated { [unowned self] in self.perform(i) }
-                let opener = order[r.below(rank[i])]
+            let kind = rank[i] == 0 ? 0 : r.below(6)
+            let opener = kind == 2 ? order[r.below(rank[i])] : nil
+            if let opener {
                 opens[i] = opener
                 openers.insert(opener)
-                what += " o\(i):gated-by-o\(opener)"
-            default:
-                op = BlockOperation { [unowned self] in self.perform(i) }
             }
-            if r.below(2) == 0 {
-                op.queuePriority = levels[r.below(5)]
-                what += " o\(i)=\(op.queuePriority.rawValue)"
-            }
-            ops.append(op)
+            ops.append(randomOperation(i, kind: kind, openedBy: opener, &r, what: &what) { [unowned self] in self.perform(i) })
         }
         for j in 1..<n where r.below(3) == 0 {
             let k = r.below(j)

@@ -55,6 +55,31 @@ struct Numbers {
     }
 }
 
+/// Operation `i` of a random program, of the kind `kind` names: 1, asynchronous
+/// (`FinishingLater`); 2, with a readiness of its own (`Gated`), whose gate operation
+/// `opener` opens; anything else, a `BlockOperation`. Half of them get a random
+/// priority. `what` records both.
+func randomOperation(_ i: Int, kind: Int, openedBy opener: Int?, _ r: inout Numbers, what: inout String,
+                     work: @escaping @Sendable () -> Void) -> Operation {
+    let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
+    let op: Operation
+    switch kind {
+    case 1:
+        op = FinishingLater(work)
+        what += " o\(i):async"
+    case 2:
+        op = Gated(work)
+        what += " o\(i):gated-by-o\(opener ?? -1)"
+    default:
+        op = BlockOperation(block: work)
+    }
+    if r.below(2) == 0 {
+        op.queuePriority = levels[r.below(5)]
+        what += " o\(i)=\(op.queuePriority.rawValue)"
+    }
+    return op
+}
+
 func names(_ ops: [Operation]) -> [String] { ops.map { $0.name ?? "nil" } }
 
 let priorities: [(String, Operation.QueuePriority)] = [("lo", .low), ("hi", .high), ("n", .normal), ("vh", .veryHigh)]

@@ -56,7 +56,6 @@ private final class WideProgram: @unchecked Sendable {
 
     init(seed: Int) {
         var r = Numbers(state: UInt64(seed) &* 15485863 &+ 11)
-        let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
         let classes: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
         let widths = [2, 3, 4, -1]
         let width = widths[r.below(4)]
@@ -80,25 +79,15 @@ private final class WideProgram: @unchecked Sendable {
         var openers = Set<Int>()
         var opens: [Int: Int] = [:]
         for i in 0..<n {
-            let op: Operation
             let candidates = (0..<n).filter { mayWait(i, on: $0) }
-            switch r.below(5) {
-            case 1:
-                op = FinishingLater { [unowned self] in self.perform(i) }
-                what += " o\(i):async"
-            case 2 where !candidates.isEmpty:
-                op = Gated { [unowned self] in self.perform(i) }
-                let opener = candidates[r.below(candidates.count)]
+            var kind = r.below(5)
+            if kind == 2 && candidates.isEmpty { kind = 0 }
+            let opener = kind == 2 ? candidates[r.below(candidates.count)] : nil
+            if let opener {
                 opens[i] = opener
                 openers.insert(opener)
-                what += " o\(i):gated-by-o\(opener)"
-            default:
-                op = BlockOperation { [unowned self] in self.perform(i) }
             }
-            if r.below(2) == 0 {
-                op.queuePriority = levels[r.below(5)]
-                what += " o\(i)=\(op.queuePriority.rawValue)"
-            }
+            let op = randomOperation(i, kind: kind, openedBy: opener, &r, what: &what) { [unowned self] in self.perform(i) }
             if r.below(3) == 0 {
                 op.qualityOfService = classes[r.below(5)]
                 what += " o\(i):\(op.qualityOfService)"
