@@ -344,23 +344,23 @@ final class OperationQueueTests: XCTestCase {
         XCTAssertEqual(log.all, Array(repeating: "before", count: 5) + ["barrier"] + Array(repeating: "after", count: 5))
     }
 
-    /// An operation cancelled before it is added, added behind a barrier that waits: the
-    /// add returns (Foundation on Linux deadlocks here), and the operation finishes
-    /// without running, while the work ahead of the barrier and the barrier run.
-    func testACancelledOperationAddedBehindAWaitingBarrierFinishesWithoutRunning() {
+    /// Operations cancelled before they are added, added behind a barrier that waits: the
+    /// add returns (Foundation on Linux deadlocks here), and they finish without running,
+    /// while the work ahead of the barrier, the barrier and the work behind it run in turn.
+    func testCancelledOperationsAddedBehindAWaitingBarrierFinishWithoutRunning() {
         let q = OperationQueue()
         let log = Log()
         q.isSuspended = true
-        q.addOperation { log.add("a") }
+        q.addOperation { log.add("ahead") }
         q.addBarrierBlock { log.add("barrier") }
-        let c = BlockOperation { log.add("c") }
-        c.cancel()
-        q.addOperation(c)
+        let cancelled = (0..<3).map { i in BlockOperation { log.add("cancelled \(i)") } }
+        for op in cancelled { op.cancel() }
+        q.addOperations(cancelled, waitUntilFinished: false)
+        q.addOperation { log.add("behind") }
         q.isSuspended = false
         q.waitUntilAllOperationsAreFinished()
-        XCTAssertEqual(log.all, ["a", "barrier"])
-        XCTAssertTrue(c.isCancelled)
-        XCTAssertTrue(c.isFinished)
+        XCTAssertEqual(log.all, ["ahead", "barrier", "behind"])
+        XCTAssertTrue(cancelled.allSatisfy { $0.isCancelled && $0.isFinished })
         XCTAssertEqual(q.operationCount, 0)
     }
 
