@@ -186,7 +186,8 @@ private func randomProgram(seed: Int) -> String {
 /// A program of `randomProgram`'s kind on a serial queue whose operations act on the
 /// queue while they run. Some of its operations are asynchronous (they finish on a
 /// thread of their own, after their actions), and some have an `isReady` of their own,
-/// closed until another operation opens it. Leaves out two actions that crash
+/// closed until another operation opens it; some add work to a serial queue of their
+/// own and wait for it there, holding their thread. Leaves out two actions that crash
 /// Foundation on Linux: an operation cancelling its whole queue, and an operation
 /// giving itself a dependency.
 private final class ActingProgram: @unchecked Sendable {
@@ -194,17 +195,20 @@ private final class ActingProgram: @unchecked Sendable {
     // time (the queue is serial), each after the one before it finished.
     private enum Action {
         case cancel(Int), priority(Int, Operation.QueuePriority), add(Operation.QueuePriority, dependency: Int?)
-        case dependency(Int, on: Int), count, readiness(Int), open(Int)
+        case dependency(Int, on: Int), count, readiness(Int), open(Int), wait(Int, QualityOfService)
     }
     private var ops: [Operation] = []
     private var actions: [[Action]] = []
     private let queue = suspendedSerialQueue()
-    private var added = 0
+    private let side = OperationQueue()
+    private var added = 0, waitedFor = 0
     private var what = ""
 
     init(seed: Int) {
         var r = Numbers(state: UInt64(seed) &* 104729 &+ 7)
         let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
+        let classes: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
+        side.maxConcurrentOperationCount = 1
         let n = 2 + r.below(11)
         // Dependencies, the program's and those added while it runs, and who opens a
         // gate all follow a random order of the operations: each waits only for ones
@@ -232,7 +236,7 @@ private final class ActingProgram: @unchecked Sendable {
         for i in 0..<n {
             var acts: [Action] = []
             for _ in 0..<r.below(3) {
-                switch r.below(6) {
+                switch r.below(7) {
                 case 0:
                     // An opener is never cancelled: its gate would stay closed.
                     let j = r.below(n)
@@ -256,6 +260,10 @@ private final class ActingProgram: @unchecked Sendable {
                 case 4:
                     acts.append(.count)
                     what += " [o\(i): count]"
+                case 5:
+                    let count = 1 + r.below(3), qos = classes[r.below(5)]
+                    acts.append(.wait(count, qos))
+                    what += " [o\(i): wait for \(count) \(qos)]"
                 default:
                     let j = r.below(n)
                     acts.append(.readiness(j))
@@ -290,6 +298,14 @@ private final class ActingProgram: @unchecked Sendable {
             case .count: log.add("#\(queue.operationCount)")
             case .readiness(let j): log.add("o\(j)-ready:\(ops[j].isReady)")
             case .open(let j): (ops[j] as? Gated)?.openGate()
+            case .wait(let count, let qos):
+                let work = (0..<count).map { _ in
+                    waitedFor += 1
+                    let op = logged("w\(waitedFor)")
+                    op.qualityOfService = qos
+                    return op
+                }
+                side.addOperations(work, waitUntilFinished: true)
             }
         }
     }
