@@ -49,6 +49,10 @@ private final class WideProgram: @unchecked Sendable {
     // Under `lock`:
     private var all: [Operation] = []
     private var runs: [Int] = []
+    /// Where each operation's work last ran, as ``OperationQueue/current`` says: `q` the
+    /// program's queue, `s` the other queue, `-` none (an asynchronous operation's
+    /// thread), a space when it did not run.
+    private var currents: [Character] = []
     private var completions: [Int] = []
     private var running = 0, mostRunning = 0
     private var barrierDone = false
@@ -152,6 +156,7 @@ private final class WideProgram: @unchecked Sendable {
         all = ops
         runs = [Int](repeating: 0, count: n)
         completions = runs
+        currents = [Character](repeating: " ", count: n)
         for (i, op) in ops.enumerated() {
             if i == barrierAt {
                 hasBarrier = true
@@ -173,6 +178,7 @@ private final class WideProgram: @unchecked Sendable {
         lock.lock()
         let op = all[i]
         runs[i] += 1
+        currents[i] = current()
         running += 1
         mostRunning = max(mostRunning, running)
         if hasBarrier && !barrierDone && (i >= ops.count || afterBarrier.contains(i)) { broken.append("\(i) before the barrier") }
@@ -208,12 +214,17 @@ private final class WideProgram: @unchecked Sendable {
         case .open(let j): (ops[j] as? Gated)?.openGate()
         case .wait(let count, let qos):
             let work = (0..<count).map { _ in
-                let op = extra { [self] index in lock.lock(); runs[index] += 1; lock.unlock() }
+                let op = extra { [self] index in lock.lock(); runs[index] += 1; currents[index] = current(); lock.unlock() }
                 op.qualityOfService = qos
                 return op
             }
             side.addOperations(work, waitUntilFinished: true)
         }
+    }
+
+    private func current() -> Character {
+        let current = OperationQueue.current
+        return current === queue ? "q" : current === side ? "s" : current == nil ? "-" : "?"
     }
 
     /// An operation made while the program runs, counted as the program's own are; its
@@ -224,6 +235,7 @@ private final class WideProgram: @unchecked Sendable {
         let index = all.count
         all.append(op)
         runs.append(0)
+        currents.append(" ")
         completions.append(0)
         lock.unlock()
         op.addExecutionBlock { body(index) }
@@ -247,7 +259,11 @@ private final class WideProgram: @unchecked Sendable {
         defer { lock.unlock() }
         let ends = all.map { ($0.isCancelled ? "c" : "") + ($0.isFinished ? "f" : "") }
         let bound = widest.map { mostRunning <= $0 ? "within" : "over (\(mostRunning) > \($0))" } ?? "-"
-        return "\(what): runs \(runs.map(String.init).joined()) | completions \(completions.map(String.init).joined())"
+        // The operations made while it runs are numbered in the order their makers ran,
+        // which timing decides: what they say, they say as a set.
+        let on = String(currents[..<ops.count]) + "+" + String(currents[ops.count...].sorted())
+        return "\(what): runs \(runs.map(String.init).joined()) | on \(on)"
+            + " | completions \(completions.map(String.init).joined())"
             + " | \(ends.joined(separator: ",")) | width \(bound) | drained \(drained) | broken \(broken)"
     }
 }
