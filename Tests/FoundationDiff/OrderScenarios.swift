@@ -125,16 +125,14 @@ private func logged(_ name: String, _ priority: Operation.QueuePriority = .norma
 /// was done to them, and the order they ran in.
 private func randomProgram(seed: Int) -> String {
     var r = Numbers(state: UInt64(seed) &* 7919 &+ 1)
-    let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
-    let classes: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
     let n = 2 + r.below(13)
     var what = "["
     let ops = (0..<n).map { i -> BlockOperation in
         let op = BlockOperation { log.add("o\(i)") }
         // Half of them with a priority; a third with a class, which on a queue that is
         // not serial when they are added gives those without a priority their level.
-        if r.below(2) == 0 { op.queuePriority = levels[r.below(5)] }
-        if r.below(3) == 0 { op.qualityOfService = classes[r.below(5)] }
+        if r.below(2) == 0 { op.queuePriority = programLevels[r.below(5)] }
+        if r.below(3) == 0 { op.qualityOfService = programClasses[r.below(5)] }
         what += "\(i == 0 ? "" : ",")\(op.queuePriority.rawValue)/\(op.qualityOfService)"
         return op
     }
@@ -164,7 +162,7 @@ private func randomProgram(seed: Int) -> String {
         }
     }
     for _ in 0..<r.below(3) {
-        let i = r.below(n), p = levels[r.below(5)]
+        let i = r.below(n), p = programLevels[r.below(5)]
         // Not of one with a class: Foundation on Linux's setter mishandles those
         // (order.qos-operation-priority-change).
         guard ops[i].qualityOfService == .default else { continue }
@@ -206,8 +204,6 @@ private final class ActingProgram: @unchecked Sendable {
 
     init(seed: Int) {
         var r = Numbers(state: UInt64(seed) &* 104729 &+ 7)
-        let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
-        let classes: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
         side.maxConcurrentOperationCount = 1
         let n = 2 + r.below(11)
         // Dependencies, the program's and those added while it runs, and who opens a
@@ -244,11 +240,11 @@ private final class ActingProgram: @unchecked Sendable {
                     acts.append(.cancel(j))
                     what += " [o\(i): cancel o\(j)]"
                 case 1:
-                    let j = r.below(n), p = levels[r.below(5)]
+                    let j = r.below(n), p = programLevels[r.below(5)]
                     acts.append(.priority(j, p))
                     what += " [o\(i): o\(j)=\(p.rawValue)]"
                 case 2:
-                    let p = levels[r.below(5)], d: Int? = r.below(2) == 0 ? r.below(n) : nil
+                    let p = programLevels[r.below(5)], d: Int? = r.below(2) == 0 ? r.below(n) : nil
                     acts.append(.add(p, dependency: d))
                     what += " [o\(i): add \(p.rawValue) after \(d.map { "o\($0)" } ?? "-")]"
                 case 3:
@@ -261,7 +257,7 @@ private final class ActingProgram: @unchecked Sendable {
                     acts.append(.count)
                     what += " [o\(i): count]"
                 case 5:
-                    let count = 1 + r.below(3), qos = classes[r.below(5)]
+                    let count = 1 + r.below(3), qos = programClasses[r.below(5)]
                     acts.append(.wait(count, qos))
                     what += " [o\(i): wait for \(count) \(qos)]"
                 default:

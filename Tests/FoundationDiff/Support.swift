@@ -55,13 +55,16 @@ struct Numbers {
     }
 }
 
+/// The priorities and the classes random programs draw from.
+let programLevels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
+let programClasses: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
+
 /// Operation `i` of a random program, of the kind `kind` names: 1, asynchronous
 /// (`FinishingLater`); 2, with a readiness of its own (`Gated`), whose gate operation
 /// `opener` opens; anything else, a `BlockOperation`. Half of them get a random
 /// priority. `what` records both.
 func randomOperation(_ i: Int, kind: Int, openedBy opener: Int?, _ r: inout Numbers, what: inout String,
                      work: @escaping @Sendable () -> Void) -> Operation {
-    let levels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
     let op: Operation
     switch kind {
     case 1:
@@ -74,7 +77,7 @@ func randomOperation(_ i: Int, kind: Int, openedBy opener: Int?, _ r: inout Numb
         op = BlockOperation(block: work)
     }
     if r.below(2) == 0 {
-        op.queuePriority = levels[r.below(5)]
+        op.queuePriority = programLevels[r.below(5)]
         what += " o\(i)=\(op.queuePriority.rawValue)"
     }
     return op

@@ -60,7 +60,6 @@ private final class WideProgram: @unchecked Sendable {
 
     init(seed: Int) {
         var r = Numbers(state: UInt64(seed) &* 15485863 &+ 11)
-        let classes: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]
         let widths = [2, 3, 4, -1]
         let width = widths[r.below(4)]
         widest = width > 0 ? width : nil
@@ -93,7 +92,7 @@ private final class WideProgram: @unchecked Sendable {
             }
             let op = randomOperation(i, kind: kind, openedBy: opener, &r, what: &what) { [unowned self] in self.perform(i) }
             if r.below(3) == 0 {
-                op.qualityOfService = classes[r.below(5)]
+                op.qualityOfService = programClasses[r.below(5)]
                 what += " o\(i):\(op.qualityOfService)"
             }
             op.completionBlock = { [self] in lock.lock(); completions[i] += 1; lock.unlock() }
@@ -138,7 +137,7 @@ private final class WideProgram: @unchecked Sendable {
                     acts.append(.dependency(j, on: k))
                     what += " [o\(i): o\(j)->o\(k)]"
                 case 3:
-                    let count = 1 + r.below(3), qos = classes[r.below(5)]
+                    let count = 1 + r.below(3), qos = programClasses[r.below(5)]
                     acts.append(.wait(count, qos))
                     what += " [o\(i): wait for \(count) \(qos)]"
                 default:
