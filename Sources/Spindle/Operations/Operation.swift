@@ -9,6 +9,12 @@ import Synchronization
 /// reports its own completion with `willChangeValue(forKey: "isFinished")` /
 /// `didChangeValue(forKey: "isFinished")`, exactly as with Foundation.
 ///
+/// An override of ``isFinished`` is what decides, as with Foundation, also for a subclass
+/// whose `start()` calls `super.start()` to run ``main()``: when `main()` returns, the
+/// operation finishes only if `isFinished` says it has, and otherwise when it announces
+/// `isFinished` later. Frameworks in the shape of Apple's "Advanced NSOperations" rely
+/// on this.
+///
 /// ### Differences from Foundation on Linux (deliberate)
 /// - Readiness is tracked by a counter per operation, updated once per dependency
 ///   edge when the dependency finishes: no queue rescans waiting operations.
@@ -177,7 +183,9 @@ open class Operation: @unchecked Sendable {
     /// Operations in a queue are started by the queue; call `start()` yourself only on
     /// an operation that is in no queue. A cancelled operation finishes without calling
     /// ``main()``, and one that has already finished is left as it is. Override it
-    /// (without calling `super`) for asynchronous operations.
+    /// (without calling `super`) for asynchronous operations. A subclass that
+    /// overrides ``isFinished`` has finished at the end of `start()` only if that says
+    /// so (see ``Operation``).
     ///
     /// Traps when the operation is already executing, belongs to a queue, or is not
     /// ready (has unfinished dependencies): Foundation treats each of these as a

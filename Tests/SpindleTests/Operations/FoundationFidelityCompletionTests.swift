@@ -278,4 +278,76 @@ final class FoundationFidelityCompletionTests: XCTestCase {
         XCTAssertTrue(drains(q), "the queue never noticed the operation finished")
         XCTAssertTrue(finishes(op))
     }
+
+    // MARK: custom operations that run `main` through `super.start()`
+
+    /// Runs `main` through the inherited `start()` and finishes later, on another thread,
+    /// once released: `isExecuting` and `isFinished` are its own, and it does not say it
+    /// is asynchronous. Apple's "Advanced NSOperations" framework is built this way.
+    final class FinishesAfterSuperStart: Operation, @unchecked Sendable {
+        // @unchecked: `running` and `done` are only touched under `lock`.
+        private let lock = NSLock()
+        private var running = false, done = false
+        let release = DispatchSemaphore(value: 0)
+        let startReturned = DispatchSemaphore(value: 0)
+        override var isExecuting: Bool { lock.withLock { running } }
+        override var isFinished: Bool { lock.withLock { done } }
+        override func start() {
+            super.start()
+            startReturned.signal()
+        }
+        override func main() {
+            willChangeValue(forKey: "isExecuting")
+            lock.withLock { running = true }
+            didChangeValue(forKey: "isExecuting")
+            Thread.detachNewThread { [self] in
+                release.wait()
+                willChangeValue(forKey: "isFinished")
+                willChangeValue(forKey: "isExecuting")
+                lock.withLock { running = false; done = true }
+                didChangeValue(forKey: "isExecuting")
+                didChangeValue(forKey: "isFinished")
+            }
+        }
+    }
+
+    /// Foundation's `start()` asks `isFinished` once `main()` returns, and finishes the
+    /// operation only when it answers true: until the operation says so, its dependent
+    /// waits, its queue counts it, and its completion block has not run.
+    func testInAQueueItFinishesWhenItSaysSoNotWhenSuperStartReturns() {
+        let q = OperationQueue()
+        let op = FinishesAfterSuperStart()
+        let completed = DispatchSemaphore(value: 0)
+        op.completionBlock = { completed.signal() }
+        let dependentRan = Atomic<Bool>(false)
+        let dependent = BlockOperation { dependentRan.store(true, ordering: .releasing) }
+        dependent.addDependency(op)
+        q.addOperations([op, dependent], waitUntilFinished: false)
+        op.startReturned.wait()
+        XCTAssertTrue(op.isExecuting)
+        XCTAssertFalse(op.isFinished)
+        XCTAssertFalse(dependent.isReady, "the dependent was released when start() returned")
+        XCTAssertEqual(q.operationCount, 2, "the queue counted the operation out when start() returned")
+        XCTAssertEqual(completed.wait(timeout: .now()), .timedOut, "the completion block ran before the finish")
+        op.release.signal()
+        XCTAssertTrue(drains(q))
+        XCTAssertTrue(op.isFinished && dependent.isFinished)
+        XCTAssertTrue(dependentRan.load(ordering: .acquiring))
+        XCTAssertEqual(completed.wait(timeout: .now() + 10), .success, "the completion block did not run once")
+    }
+
+    /// The same outside a queue: `start()` returns, and waiting for the operation waits
+    /// for its own finish.
+    func testStartedByHandItFinishesWhenItSaysSo() {
+        let op = FinishesAfterSuperStart()
+        let dependent = BlockOperation {}
+        dependent.addDependency(op)
+        op.start()
+        XCTAssertFalse(op.isFinished)
+        XCTAssertFalse(dependent.isReady, "the dependent was released when start() returned")
+        op.release.signal()
+        XCTAssertTrue(finishes(op))
+        XCTAssertTrue(op.isFinished)
+        XCTAssertTrue(dependent.isReady)
+    }
 }
