@@ -9,12 +9,6 @@ import Synchronization
 /// reports its own completion with `willChangeValue(forKey: "isFinished")` /
 /// `didChangeValue(forKey: "isFinished")`, exactly as with Foundation.
 ///
-/// An override of ``isFinished`` is what decides, as with Foundation, also for a subclass
-/// whose `start()` calls `super.start()` to run ``main()``: when `main()` returns, the
-/// operation finishes only if `isFinished` says it has, and otherwise when it announces
-/// `isFinished` later. Frameworks in the shape of Apple's "Advanced NSOperations" rely
-/// on this.
-///
 /// ### Differences from Foundation on Linux (deliberate)
 /// - Readiness is tracked by a counter per operation, updated once per dependency
 ///   edge when the dependency finishes: no queue rescans waiting operations.
@@ -62,26 +56,24 @@ open class Operation: @unchecked Sendable {
     }
 
     // Layout. Every operation is one allocation of this class's size, which the adding
-    // thread makes and, when the queue drains on a worker, another thread frees: its
-    // bytes are paid in memory traffic, page faults as a backlog grows, and allocator
-    // work. So the stored properties are declared where they leave no padding, and the
-    // words that need fewer bits are narrower (`priorityWord`, `QueueSync.pins`).
-    // Swift lays stored properties out in declaration order; the bench prints a
-    // BlockOperation's allocation size.
+    // thread makes and, when the queue drains on a worker, another thread frees: its bytes
+    // are paid in memory traffic, page faults as a backlog grows, and allocator work. So
+    // the stored properties are declared where they leave no padding, and the words that
+    // need fewer bits are narrower (`priorityWord`, `QueueSync.pins`). Swift lays them out
+    // in declaration order; the bench prints a BlockOperation's allocation size.
     //
     // The order also keeps what a worker writes together. The adding thread frees an
-    // operation some way behind the workers (`OperationQueue.State.prune`) and makes
-    // the next one in the same memory, so every cache line a worker wrote comes back
-    // to it: read when the list lets the operation go, written again when the next
-    // one is made. The worker writes the engine node's link (when it empties the
-    // injector), the phase and finish flags, `execWord`, and `queueSync`'s `done` and
-    // `runState` (its first bytes). Declared one after another from the node on, they
-    // span 43 bytes: one cache line or two, 1.5 on average over the four places a
-    // 16-byte-aligned object can start in a line. With `guarded` between the node and
-    // the flags they would span 99 bytes, and two or three lines. The other flags fill
-    // the bytes before `execWord` (a worker at most reads them, or sets `queueRunFlags`
-    // for a queue that reports progress) and after `guarded`, which ends in bytes.
-    // (OperationLayoutTests checks the span.)
+    // operation some way behind the workers (`OperationQueue.State.prune`) and makes the
+    // next one in the same memory, so every cache line a worker wrote comes back to it:
+    // read when the list lets the operation go, written again when the next one is made.
+    // The worker writes the engine node's link (when it empties the injector), the phase
+    // and finish flags, `execWord`, and `queueSync`'s `done` and `runState` (its first
+    // bytes). Declared one after another from the node on, they span 43 bytes: one cache
+    // line or two, 1.5 on average over the four places a 16-byte-aligned object can start
+    // in a line. With `guarded` between the node and the flags they would span 99 bytes,
+    // and two or three lines. The other flags fill the bytes before `execWord` (a worker at
+    // most reads them, or sets `queueRunFlags` for a queue that reports progress) and after
+    // `guarded`, which ends in bytes. (OperationLayoutTests checks the span.)
 
     /// ``Phase``: pending → executing → finished (see `OperationLifecycle.swift`).
     let phase = Atomic<UInt8>(Phase.pending.rawValue)
@@ -183,9 +175,7 @@ open class Operation: @unchecked Sendable {
     /// Operations in a queue are started by the queue; call `start()` yourself only on
     /// an operation that is in no queue. A cancelled operation finishes without calling
     /// ``main()``, and one that has already finished is left as it is. Override it
-    /// (without calling `super`) for asynchronous operations. A subclass that
-    /// overrides ``isFinished`` has finished at the end of `start()` only if that says
-    /// so (see ``Operation``).
+    /// (without calling `super`) for asynchronous operations.
     ///
     /// Traps when the operation is already executing, belongs to a queue, or is not
     /// ready (has unfinished dependencies): Foundation treats each of these as a
@@ -250,7 +240,9 @@ open class Operation: @unchecked Sendable {
     /// True while ``start()`` is running the operation.
     open var isExecuting: Bool { phase.load(ordering: .acquiring) == Phase.executing.rawValue }
 
-    /// True once the operation has finished.
+    /// True once the operation has finished. An override decides, as with Foundation,
+    /// also when `start()` ends: a subclass whose work goes on after `super.start()`
+    /// returns (Apple's "Advanced NSOperations" does this) finishes when it announces it.
     open var isFinished: Bool { phase.load(ordering: .acquiring) == Phase.finished.rawValue }
 
     /// False by default: the operation runs synchronously in ``start()``.
