@@ -181,9 +181,20 @@ final class OneAtATime: OperationQueue, @unchecked Sendable {
     }
 }
 
+/// An operation that keeps a cancellation of its own and reports it through
+/// `isCancelled`, without calling `cancel()`.
+final class OwnCancellation: Operation, @unchecked Sendable {
+    // @unchecked: `cancelledHere` is only touched under `lock`.
+    private let lock = NSLock()
+    private var cancelledHere = false
+    override var isCancelled: Bool { lock.lock(); defer { lock.unlock() }; return cancelledHere || super.isCancelled }
+    func cancelHere() { lock.lock(); cancelledHere = true; lock.unlock() }
+    override func main() { log.add("main") }
+}
+
 /// Getters a subclass overrides: an operation's priority and quality of service, its
-/// `isAsynchronous` with the inherited `start`, `addDependency` as the queue's
-/// barriers reach it, and a queue's width.
+/// `isAsynchronous` with the inherited `start`, its `isCancelled`, `addDependency` as
+/// the queue's barriers reach it, and a queue's width.
 func getterOverrideScenarios() {
     do {
         let q = OperationQueue()
@@ -219,6 +230,26 @@ func getterOverrideScenarios() {
         let returned = bounded("override.asynchronous-inherited-start.wait", 1) { q.addOperations([op], waitUntilFinished: true) }
         show("override.asynchronous-inherited-start", [log.take(), "\(op.isFinished)"])
         returned.wait()
+    }
+
+    do {
+        // What the inherited `start` and readiness make of it, in a queue and by hand.
+        let q = OperationQueue()
+        let op = OwnCancellation()
+        op.cancelHere()
+        q.addOperation(op)
+        q.waitUntilAllOperationsAreFinished()
+        show("override.cancelled-getter", [log.take(), "\(op.isFinished)"])
+        let waiting = OwnCancellation(), dependency = named("dependency") { log.add("dependency") }
+        waiting.addDependency(dependency)
+        waiting.cancelHere()
+        show("override.cancelled-getter.ready", waiting.isReady)
+        q.addOperations([waiting, dependency], waitUntilFinished: true)
+        show("override.cancelled-getter.dependency", [log.take(), "\(waiting.isFinished)"])
+        let byHand = OwnCancellation()
+        byHand.cancelHere()
+        byHand.start()
+        show("override.cancelled-getter.by-hand", [log.take(), "\(byHand.isFinished)"])
     }
 
     do {

@@ -234,7 +234,7 @@ open class Operation: @unchecked Sendable {
         evaluateReadiness()
     }
 
-    /// True once ``cancel()`` has been called.
+    /// True once ``cancel()`` has been called; an override is what `start()` and `isReady` ask.
     open var isCancelled: Bool { cancelledFlag.load(ordering: .acquiring) }
 
     /// True while ``start()`` is running the operation.
