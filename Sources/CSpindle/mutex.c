@@ -14,7 +14,12 @@
  * since the holder is almost always about to release, and only then sleeps.
  * Rejected: a pure spinlock (a preempted holder on a 2-CPU VM would make the others
  * burn their whole slice) and pthread's adaptive mutex (its spin is tuned for long
- * sections and it adds a function-pointer-sized struct to every queue).
+ * sections and it adds a function-pointer-sized struct to every queue). Also rejected:
+ * a count of sleepers in the word, so that an unlock wakes only when one sleeps and a
+ * contender keeps spinning while none does. With two threads taking the lock in turn,
+ * as a serial queue's adding thread and its worker do, a woken sleeper stays counted
+ * until it has the lock, and every unlock in between wakes again: more system calls
+ * than the spurious wake of mutex #3, not fewer.
  *
  * Invariants
  *   M1  state != 0 exactly while some thread holds the lock.
