@@ -58,14 +58,14 @@ extension Operation {
     /// finishing does (dependents, completion block, the queue), if the operation now
     /// says it has finished.
     ///
-    /// A subclass that overrides ``isFinished`` decides, as with Foundation, whose
-    /// `start()` asks `isFinished` at this point and finishes the operation only when it
-    /// answers true. One that calls `super.start()` to run `main()` while its work goes
-    /// on after `main()` returns (Apple's "Advanced NSOperations" design) says false
-    /// here and finishes when it announces `isFinished` later; finishing it regardless
-    /// would start its dependents and count it out of its queue while its work still
-    /// runs. `isFinished` is asked here directly, so that the finish does not depend on
-    /// an override of `didChangeValue(forKey:)` calling `super`.
+    /// A subclass that overrides ``isFinished`` decides, as it does with Foundation,
+    /// whose `start()` asks `isFinished` at this point and finishes the operation only
+    /// when it answers true. One that calls `super.start()` to run `main()` while its
+    /// work goes on after `main()` returns (Apple's "Advanced NSOperations" design) says
+    /// false here, and finishes when it announces `isFinished` later; finishing it
+    /// regardless would start its dependents and count it out of its queue while its
+    /// work still runs. `isFinished` is asked here directly, so that the finish does not
+    /// depend on an override of `didChangeValue(forKey:)` calling `super`.
     final func completeStart() {
         willChangeValue(forKey: "isFinished")
         willChangeValue(forKey: "isExecuting")
