@@ -8,9 +8,10 @@ import Synchronization
 // starting and finishing a plain operation takes no lock. `claimStart` is the only
 // way from pending to executing: it traps on the misuse Foundation traps on (a manual
 // start of a queued, unready or executing operation) and leaves a finished operation
-// alone. The way to finished is either the end of Spindle's own `start()` or, for an
-// asynchronous subclass, its `didChangeValue(forKey: "isFinished")`; either way it
-// leads to the finish protocol (below), which runs once.
+// alone. The way to finished is either the end of Spindle's own `start()`, when
+// `isFinished` then says so, or a subclass's `didChangeValue(forKey: "isFinished")`:
+// an asynchronous one's, or one whose work goes on after `super.start()` returns.
+// Either way it leads to the finish protocol (below), which runs once.
 //
 // A plain `Operation` or `BlockOperation` (the exact class) overrides none of the
 // notification methods, so `start()` gives it their effect directly instead of eight
