@@ -134,15 +134,10 @@ func baseClassScenarios() {
     do {
         // Cancelled in the queue before it starts: its `start` finishes it, and what
         // waits for it runs.
-        let q = OperationQueue()
-        q.isSuspended = true
         let op = ThreadWork("never")
         let after = named("after") { log.add("after") }
         after.addDependency(op)
-        q.addOperations([op, after], waitUntilFinished: false)
-        op.cancel()
-        q.isSuspended = false
-        q.waitUntilAllOperationsAreFinished()
+        addCancelledWhileSuspended([op, after], cancelling: op)
         show("base.cancelled-before-start", [log.take(), "\(op.state)", "\(op.isCancelled)"])
     }
     do {

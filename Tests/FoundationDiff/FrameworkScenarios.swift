@@ -249,17 +249,12 @@ func frameworkScenarios() {
     }
     do {
         // Cancelled before it runs: its children never run, and it finishes cancelled.
-        let q = FrameworkQueue()
-        q.isSuspended = true
         let child = Step("child")
         let group = watched(GroupOperation([child]))
         group.name = "group"
         let after = named("after") { log.add("after") }
         after.addDependency(group)
-        q.addOperations([group, after], waitUntilFinished: false)
-        group.cancel()
-        q.isSuspended = false
-        q.waitUntilAllOperationsAreFinished()
+        addCancelledWhileSuspended([group, after], cancelling: group, to: FrameworkQueue())
         show("framework.group-cancelled", [log.take(), summary(group), "\(child.isCancelled)", "\(child.isFinished)"])
     }
     do {

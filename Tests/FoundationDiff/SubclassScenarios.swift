@@ -129,13 +129,8 @@ func subclassScenarios() {
     }
 
     do {
-        let q = OperationQueue()
-        q.isSuspended = true
         let op = AsyncTemplate()
-        q.addOperation(op)
-        op.cancel()
-        q.isSuspended = false
-        q.waitUntilAllOperationsAreFinished()
+        addCancelledWhileSuspended([op], cancelling: op)
         show("async-template.cancelled-before-start", [log.take(), "\(op.isFinished)", "\(op.isCancelled)"])
     }
 

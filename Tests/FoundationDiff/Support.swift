@@ -115,3 +115,14 @@ struct MeetingPair {
 
     func bothReturned() { met.wait(); met.wait() }
 }
+
+/// Adds `ops` to `queue` while it is suspended, cancels `target`, then resumes the queue
+/// and waits for it: an operation cancelled before its queue could start it.
+func addCancelledWhileSuspended(_ ops: [Operation], cancelling target: Operation,
+                                to queue: OperationQueue = OperationQueue()) {
+    queue.isSuspended = true
+    queue.addOperations(ops, waitUntilFinished: false)
+    target.cancel()
+    queue.isSuspended = false
+    queue.waitUntilAllOperationsAreFinished()
+}
