@@ -158,6 +158,9 @@ func baseClassScenarios() {
         let after = named("after") { log.add("after") }
         after.addDependency(op)
         q.addOperations([op, after], waitUntilFinished: true)
+        // Foundation's wait above returns once each says it has finished, which can be
+        // before the queue has let go of it; this one returns once the queue is empty.
+        q.waitUntilAllOperationsAreFinished()
         show("base.finish-inside-start", [log.take(), "\(op.state)", "\(q.operationCount)"])
     }
     do {
