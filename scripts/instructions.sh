@@ -12,6 +12,12 @@
 #                                                   and each case's reference
 #   scripts/instructions.sh --cases submit --systems spindle,dispatch --tasks 20000
 #   scripts/instructions.sh --binary OLD_BENCH      the same, for another build
+#   scripts/instructions.sh --atomics [--by-function N] ...
+#                                                   also the atomic read-modify-writes per
+#                                                   task (locked instructions and fences,
+#                                                   scripts/atomics.py), and with
+#                                                   --by-function the N functions that
+#                                                   execute most of them
 #
 # Old against new: build each, copy its `bench`, and run this with --binary for each.
 set -euo pipefail
@@ -19,10 +25,13 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 spindle_ensure_deps valgrind
 binary=""
+atomics=()
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) binary=$2; shift 2 ;;
+    --atomics) atomics=(--dump-instr=yes); shift ;;
+    --by-function) by_function=$2; shift 2 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -36,9 +45,13 @@ cp "$binary" "$work/bench"
 strip --strip-debug "$work/bench"
 [ ${#args[@]} -gt 0 ] || args=(--cases fork-join,submit,operation-throughput,serial-queue,dependency-chain
                                  --systems spindle --tasks 20000)
-SPINDLE_BENCH_INSTRUCTIONS=1 valgrind --tool=callgrind --instr-atstart=no \
+SPINDLE_BENCH_INSTRUCTIONS=1 valgrind --tool=callgrind --instr-atstart=no ${atomics[@]+"${atomics[@]}"} \
   --callgrind-out-file="$work/cg.out" "$work/bench" --reps 1 "${args[@]}" > "$work/bench.log" 2>&1 ||
   { cat "$work/bench.log"; exit 1; }
+if [ ${#atomics[@]} -gt 0 ]; then
+  python3 scripts/atomics.py "$work" --by-function "${by_function:-0}"
+  exit
+fi
 python3 - "$work" <<'PY'
 import glob, re, sys
 counts = {}
