@@ -391,18 +391,11 @@ final class QueueSchedulingTests: XCTestCase {
         // the list (it then holds far more finished operations than unfinished ones);
         // the next scheduling pass must still find the ring's entries alive, and skip
         // them. Under AddressSanitizer an early release is a use-after-free here.
-        final class FinishesItself: Operation, @unchecked Sendable {
+        final class FinishesItself: FinishesOnItsOwn, @unchecked Sendable {
             let counter: ReleaseCounter
-            let done = Atomic<Bool>(false)
             init(_ counter: ReleaseCounter) { self.counter = counter }
             deinit { counter.released.add(1, ordering: .relaxed) }
-            override var isFinished: Bool { done.load(ordering: .acquiring) }
             override func main() { XCTFail("an operation that had finished was started") }
-            func finishNow() {
-                willChangeValue(forKey: "isFinished")
-                done.store(true, ordering: .releasing)
-                didChangeValue(forKey: "isFinished")
-            }
         }
         let q = OperationQueue()
         q.maxConcurrentOperationCount = 1
@@ -415,7 +408,7 @@ final class QueueSchedulingTests: XCTestCase {
             // Only the queue holds it once this iteration ends.
             let op = FinishesItself(counter)
             q.addOperation(op)
-            op.finishNow()
+            op.finishWithoutStarting()
         }
         // (A counter that is a class: an escaping closure cannot capture an Atomic.)
         for _ in 0..<20 { q.addOperation { _ = laterRan.released.add(1, ordering: .relaxed) } }

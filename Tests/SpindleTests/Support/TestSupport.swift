@@ -281,3 +281,16 @@ func onThreadThatExits(_ body: @escaping @Sendable () -> Void) {
     precondition(created == 0, "pthread_create: \(created)")
     pthread_join(thread, nil)
 }
+
+/// An operation that says it has finished before anything starts it, as code built on
+/// a state machine of its own does: `isFinished` is its own flag, announced with
+/// `willChangeValue(forKey:)` and `didChangeValue(forKey:)`. Its queue retires it.
+class FinishesOnItsOwn: Operation, @unchecked Sendable {
+    private let finishedFlag = Atomic<Bool>(false)
+    override var isFinished: Bool { finishedFlag.load(ordering: .acquiring) }
+    func finishWithoutStarting() {
+        willChangeValue(forKey: "isFinished")
+        finishedFlag.store(true, ordering: .releasing)
+        didChangeValue(forKey: "isFinished")
+    }
+}

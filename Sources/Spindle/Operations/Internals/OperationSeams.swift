@@ -19,6 +19,9 @@ enum OperationSeams {
         case retainingReadyDependent
         /// An operation's finish is about to take its own lock for F2 (`finishProtocol`).
         case finishLock
+        /// An operation found ready, in a queue and not finishing, is about to tell its
+        /// queue (`evaluateReadiness`).
+        case signallingReady
     }
 
     private static let hook = Mutex<(@Sendable (Point, UInt) -> Void)?>(nil)

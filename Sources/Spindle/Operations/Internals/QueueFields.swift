@@ -5,7 +5,9 @@ import Synchronization
 //
 // An operation is claimed by one queue with one CAS on `QueueSync.word`, which is also
 // how adding it twice, or to two queues, is detected. From then on:
-// - `QueueFields` (a plain struct) is read and written only under that queue's lock;
+// - `QueueFields` (a plain struct) is read and written only under that queue's lock,
+//   but for the links of operations the list has let go, which the thread releasing
+//   them reads after unlocking (QueueRegistry.swift, `release`);
 // - `QueueRunFlags` (one atomic byte) is set in order and read from any thread;
 // - `QueueSync` (atomics) is read from any thread;
 // - `Operation.queueReference`, the strong reference behind the word, is set by the
@@ -96,7 +98,8 @@ struct QueueFields {
     }
     /// Set when the queue has registered this operation (its list and count): until
     /// then a readiness signal from another thread (a concurrent `cancel()`) is left
-    /// to `enqueue`, which evaluates readiness itself.
+    /// to `enqueue`, which evaluates readiness itself. Cleared when the list lets it go
+    /// (`detach`): a signal that arrives after that is left alone too.
     var linked: Bool {
         get { unsafe orderAndFlags & Self.linkedBit != 0 }
         set { unsafe set(Self.linkedBit, newValue) }

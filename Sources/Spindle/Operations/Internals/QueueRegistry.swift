@@ -45,12 +45,19 @@ extension OperationQueue.State {
     }
 
     /// Takes `op` off the list, leaving the list's reference to it with the caller.
+    ///
+    /// It is no longer `linked`: a signal that reaches the queue after this, from a
+    /// thread that found the operation queued before it finished (a readiness change, a
+    /// new priority), finds it gone and leaves it alone. Taken, a readiness signal would
+    /// put it on a ready line, which holds operations unretained while the list keeps
+    /// them.
     mutating func detach(_ op: Operation) {
         let prev = unsafe op.queueFields.prev, next = unsafe op.queueFields.next
         if let prev = unsafe prev { unsafe prev.withGuaranteedReference { unsafe $0.queueFields.next = unsafe next } } else { unsafe head = unsafe next }
         if let next = unsafe next { unsafe next.withGuaranteedReference { unsafe $0.queueFields.prev = unsafe prev } } else { unsafe tail = unsafe prev }
         unsafe op.queueFields.prev = nil
         unsafe op.queueFields.next = nil
+        unsafe op.queueFields.linked = false
         unsafe linked -= 1
     }
 
@@ -193,14 +200,16 @@ struct ReleaseChain {
 
 extension OperationQueue {
     /// Releases a chain of references built by a `ReleaseChain`, first to last.
+    ///
+    /// Outside the lock, so it only reads the links: a thread that still has one of
+    /// these operations may read its `QueueFields` under the lock meanwhile (to find it
+    /// no longer `linked`), and a write here would race with that read. The link left
+    /// in an operation that outlives this is never followed: nothing reaches an
+    /// operation's links but the list, and the list no longer holds it.
     static func release(_ chain: Unmanaged<Operation>?) {
         var cursor = unsafe chain
         while let u = unsafe cursor {
-            unsafe cursor = unsafe u.withGuaranteedReference { op in
-                let next = unsafe op.queueFields.next
-                unsafe op.queueFields.next = nil
-                return unsafe next
-            }
+            unsafe cursor = unsafe u.withGuaranteedReference { unsafe $0.queueFields.next }
             unsafe u.release()
         }
     }

@@ -76,6 +76,9 @@ extension Operation {
             if ready == signalled { return }
             // The queue decides, under its lock, whether this is the one signal.
             if ready {
+                #if DEBUG
+                unsafe OperationSeams.reach(.signallingReady, Dependents.key(self))
+                #endif
                 queue.operationBecameReady(self)
             } else if queue.operationBecameUnready(self) && isReady {
                 // It turned ready again while the queue took it back, and its
