@@ -13,6 +13,9 @@
 #                                                   (thread or address; the caller sets
 #                                                   SPINDLE_TSAN/TSAN_OPTIONS or their
 #                                                   ASan counterparts, as for the tests)
+#   scripts/foundation-diff.sh --seed 300           the random programs from seed 300 on
+#                                                   (300 of each family; 0 by default):
+#                                                   programs no other run has compared
 #
 # Under a sanitizer the scenarios become a test of Spindle's own code on what
 # Foundation's programs do to it: the random programs, wide queues among them, act on
@@ -21,10 +24,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 sanitize=()
-for arg in "$@"; do
-  case "$arg" in
-    --sanitize=thread|--sanitize=address) sanitize=("$arg") ;;
-    *) echo "usage: scripts/foundation-diff.sh [--sanitize=thread|--sanitize=address]" >&2; exit 2 ;;
+usage="usage: scripts/foundation-diff.sh [--sanitize=thread|--sanitize=address] [--seed N]"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize=thread|--sanitize=address) sanitize=("$1"); shift ;;
+    --seed)
+      [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "foundation-diff: --seed needs a number; $usage" >&2; exit 2; }
+      export SPINDLE_DIFF_SEED=$2; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 dir="$repo/.build-diff"

@@ -85,14 +85,14 @@ func orderScenarios() {
     // dependencies among them, a barrier among the adds, cancellations and priority
     // changes, and the width set to one before the adds or after them, before the
     // queue is resumed.
-    for seed in 0..<300 {
+    for seed in programSeeds {
         show("order.random.\(seed)", randomProgram(seed: seed))
     }
 
     // Random programs whose operations act on the queue while they run: cancel an
     // operation, change a priority, add an operation (with a dependency or not), give
     // another operation a dependency, read the count or an operation's readiness.
-    for seed in 0..<300 {
+    for seed in programSeeds {
         show("order.acting.\(seed)", ActingProgram(seed: seed).run())
     }
 }

@@ -55,6 +55,14 @@ struct Numbers {
     }
 }
 
+/// The seeds of each family of random programs: 300 of them, from the number in
+/// `SPINDLE_DIFF_SEED` (0 when unset), so that a run can explore programs beyond the
+/// ones every check runs (`scripts/foundation-diff.sh --seed N`).
+let programSeeds: Range<Int> = {
+    let first = getenv("SPINDLE_DIFF_SEED").flatMap { Int(String(cString: $0)) } ?? 0
+    return first..<(first + 300)
+}()
+
 /// The priorities and the classes random programs draw from.
 let programLevels: [Operation.QueuePriority] = [.veryLow, .low, .normal, .high, .veryHigh]
 let programClasses: [QualityOfService] = [.background, .utility, .default, .userInitiated, .userInteractive]

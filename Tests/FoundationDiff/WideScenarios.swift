@@ -13,7 +13,7 @@ import Dispatch
 /// finished, a barrier begun before the work added ahead of it finished, work added
 /// behind a barrier begun before the barrier finished.
 func wideScenarios() {
-    for seed in 0..<300 {
+    for seed in programSeeds {
         show("wide.random.\(seed)", WideProgram(seed: seed).run())
     }
 }
