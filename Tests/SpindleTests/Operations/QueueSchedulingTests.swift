@@ -248,6 +248,10 @@ final class QueueSchedulingTests: XCTestCase {
     func testTheListReleasesAStartedOperationOnlyOnceItsRunnerIsDone() {
         // The protocol behind the test above, step by step and without the scheduler (a
         // debug build's extra retains around `start()` can hide an early release there).
+        // The queue the runner reports to once it has released what a drain left it: the
+        // drain counts the operation in `releasing` and gives the runner a reference.
+        let queue = OperationQueue()
+        let unmanagedQueue = Unmanaged.passUnretained(queue)
         for runnerFirst in [false, true] {
             let weak = Weak<Operation>()
             var state = OperationQueue.State(name: "drain-protocol")
@@ -257,9 +261,10 @@ final class QueueSchedulingTests: XCTestCase {
                 state.link(u, op)
                 op.setQueueRun(.started)
             }
-            if runnerFirst { ChainRunner.runnerDone(u) }
+            if runnerFirst { ChainRunner.runnerDone(u, queue: unmanagedQueue) }
             var released: Unmanaged<Operation>? = nil
-            state.unlinkAll(onto: &released)
+            let leftToRunner = state.unlinkAll(onto: &released)
+            XCTAssertEqual(leftToRunner, runnerFirst ? 0 : 1)
             XCTAssertEqual(state.linked, 0)
             XCTAssertNil(state.head)
             if runnerFirst {
@@ -269,8 +274,11 @@ final class QueueSchedulingTests: XCTestCase {
             } else {
                 XCTAssertNil(released, "the drain released an operation its runner still borrows")
                 XCTAssertNotNil(weak.value)
-                ChainRunner.runnerDone(u)
+                queue.state.locked { $0.releasing += 1 }
+                _ = unmanagedQueue.retain()
+                ChainRunner.runnerDone(u, queue: unmanagedQueue)
                 XCTAssertNil(weak.value, "the runner did not release the reference the drain left it")
+                XCTAssertEqual(queue.state.locked { $0.releasing }, 0, "the runner did not report its release")
             }
         }
         // Pruning takes only operations whose runner is done, however many have finished.
@@ -289,7 +297,7 @@ final class QueueSchedulingTests: XCTestCase {
         state.prune(unfinished: 0, onto: &released)
         XCTAssertNil(released, "pruned operations whose runners still borrow them")
         XCTAssertEqual(state.linked, 400)
-        for u in ops { ChainRunner.runnerDone(u) }
+        for u in ops { ChainRunner.runnerDone(u, queue: unmanagedQueue) }
         state.prune(unfinished: 0, onto: &released)
         XCTAssertEqual(state.linked, 0, "finished operations whose runners are done stay linked")
         OperationQueue.release(released)
@@ -319,7 +327,7 @@ final class QueueSchedulingTests: XCTestCase {
             }
             var released: Unmanaged<Operation>? = nil
             // 400 finished and none unfinished: the prune takes two, then sweeps the rest.
-            if drain { state.unlinkAll(onto: &released) } else { state.prune(unfinished: 0, onto: &released) }
+            if drain { _ = state.unlinkAll(onto: &released) } else { state.prune(unfinished: 0, onto: &released) }
             XCTAssertEqual(state.linked, 0)
             OperationQueue.release(released)
             XCTAssertEqual(log.all, (0..<400).map { "\($0)" },
@@ -350,7 +358,7 @@ final class QueueSchedulingTests: XCTestCase {
         XCTAssertNil(released, "pruned operations a ready ring still holds")
         XCTAssertEqual(state.linked, 400)
         XCTAssertFalse(state.readyIsEmpty)
-        state.unlinkAll(onto: &released)
+        _ = state.unlinkAll(onto: &released)
         XCTAssertTrue(state.readyIsEmpty, "the drain left unretained operations in the rings")
         XCTAssertEqual(state.linked, 0)
         OperationQueue.release(released)
@@ -380,7 +388,7 @@ final class QueueSchedulingTests: XCTestCase {
         XCTAssertNil(weak.value, "a retired operation out of its ring was never pruned")
         XCTAssertEqual(state.linked, 300)
         released = nil
-        state.unlinkAll(onto: &released)
+        _ = state.unlinkAll(onto: &released)
         OperationQueue.release(released)
     }
 

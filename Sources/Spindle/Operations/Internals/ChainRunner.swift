@@ -21,23 +21,37 @@ import Synchronization
 //     starts second goes to the pool as the first starts, so that the two may run
 //     side by side.
 // CR4. The runner's last access to an operation is `runnerDone`; from there the queue's
-//     list may release it.
+//     list may release it. If a drain unlinked it first, the runner releases it, then
+//     reports to the queue, whose waits return only after that.
 // Model: Tests/Models/run_state.pml checks CR4 against a prune and a drain, on the
 // runner's thread or another: released once, and never while still touched.
 
 /// The chain runner (CR1-CR4).
 enum ChainRunner {
-    /// The runner's last access to `op`, which it ran: from here the queue's list may
-    /// release it — or, if a drain has already unlinked it, the runner releases it.
+    /// The runner's last access to `op`, which it ran for `queue`: from here the queue's
+    /// list may release it — or, if a drain has already unlinked it, the runner releases
+    /// it and reports to `queue`, which the drain keeps alive for that.
     @inline(__always)
-    static func runnerDone(_ op: Unmanaged<Operation>) {
+    static func runnerDone(_ op: Unmanaged<Operation>, queue: Unmanaged<OperationQueue>) {
         // acq_rel: release orders the runner's accesses before whoever releases the
         // operation; acquire, when the drain came first, orders its unlinking (its
         // writes to the operation) before our release.
         let before = unsafe op.withGuaranteedReference {
             $0.queueSync.runState.bitwiseOr(QueueSync.runnerDone, ordering: .acquiringAndReleasing).oldValue
         }
-        if before & QueueSync.listGone != 0 { unsafe op.release() }
+        if before & QueueSync.listGone != 0 {
+            unsafe releaseDrained(op, reportingTo: before & QueueSync.reports != 0 ? queue : nil)
+        }
+    }
+
+    /// The release of an operation a drain left to its runner, then, when the drain
+    /// asked for it, the report: a wait for the queue returns only once the operation
+    /// (and what its blocks hold) is no longer kept alive by the queue.
+    @inline(never)
+    static func releaseDrained(_ op: Unmanaged<Operation>, reportingTo queue: Unmanaged<OperationQueue>?) {
+        unsafe op.release()
+        // safety: the drain gave this runner a reference to the queue (`finishLocked`).
+        unsafe queue?.withGuaranteedReference { $0.drainedOperationReleased() }
     }
 
     /// How many operations a chain runner runs from the continuation slot between
@@ -79,11 +93,13 @@ enum ChainRunner {
             let claim = unsafe op.withGuaranteedReference { $0.claimRun(copyRank: copy, tid: tid) }
             copy = nil
             if claim.won {
-                unsafe op.withGuaranteedReference { op in
-                    unsafe op.ownerQueue.unsafelyUnwrapped.withGuaranteedReference { $0.run(op) }
+                let queue = unsafe op.withGuaranteedReference { op in
+                    let queue = unsafe op.ownerQueue.unsafelyUnwrapped
+                    unsafe queue.withGuaranteedReference { $0.run(op) }
                     op.endRun()
+                    return unsafe queue
                 }
-                unsafe runnerDone(op)
+                unsafe runnerDone(op, queue: queue)
             }
             // The original node's reference, which a move took (P5); ours to drop now.
             if claim.releaseNodeReference { unsafe op.release() }
@@ -232,8 +248,9 @@ extension OperationQueue {
             // safety: valid while `op` is unfinished (DispatchConfig).
             unsafe underlying.takeUnretainedValue().async { [self] in
                 run(op)
-                // safety: the closure holds the operation for as long as it runs.
-                unsafe ChainRunner.runnerDone(Unmanaged.passUnretained(op))
+                // safety: the closure holds the operation and the queue for as long as it
+                // runs.
+                unsafe ChainRunner.runnerDone(Unmanaged.passUnretained(op), queue: Unmanaged.passUnretained(self))
             }
         } else {
             let qos = op.effectiveQoS(queueDefault: config.qualityOfService)

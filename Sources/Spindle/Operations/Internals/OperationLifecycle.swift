@@ -67,7 +67,20 @@ extension Operation {
     /// regardless would start its dependents and count it out of its queue while its
     /// work still runs. `isFinished` is asked here directly, so that the finish does not
     /// depend on an override of `didChangeValue(forKey:)` calling `super`.
+    ///
+    /// A finish that happens here is the end of a `start()` of Spindle's, whose runner
+    /// returns right after it: the thread says so (`ThreadState.endingOwnStart`), for a
+    /// drain to leave the operation to the runner to release and report
+    /// (`QueueSync.reports`).
     final func completeStart() {
+        let ts = unsafe ThreadState.unmanagedCurrent
+        let saved = unsafe ts.withGuaranteedReference { ts in
+            // safety: unretained, and only compared with an operation, while this call,
+            // which `self` outlives, runs.
+            defer { unsafe ts.endingOwnStart = unsafe Unmanaged.passUnretained(self) }
+            return unsafe ts.endingOwnStart
+        }
+        defer { unsafe ts.withGuaranteedReference { unsafe $0.endingOwnStart = unsafe saved } }
         willChangeValue(forKey: "isFinished")
         willChangeValue(forKey: "isExecuting")
         phase.store(Phase.finished.rawValue, ordering: .releasing)

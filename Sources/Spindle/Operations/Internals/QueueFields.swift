@@ -44,6 +44,14 @@ struct QueueSync: ~Copyable {
     /// by a drain that unlinked it before that. Whoever sets the second bit releases
     /// the list's reference.
     ///
+    /// A drain sets `reports` with `listGone` when the runner returns as soon as the
+    /// finish does — the operation's `start()` is Spindle's own — so that the queue's
+    /// waits can return only once its operations are released: the runner, having
+    /// released it, reports to the queue (`OperationQueue.drainedOperationReleased`),
+    /// which counted it in `releasing` and gave the runner a reference to itself for
+    /// that. A `start()` of a subclass's own may go on after the operation has
+    /// finished, for as long as it likes; the queue's waits do not wait for it.
+    ///
     /// The runner borrows that reference instead of holding one of its own, which
     /// saves a retain on the adding thread and a release on the worker per operation.
     /// Pruning, which releases most operations, only takes one whose runner is done; a
@@ -52,6 +60,7 @@ struct QueueSync: ~Copyable {
     let runState = Atomic<UInt8>(0)
     static let runnerDone: UInt8 = 1
     static let listGone: UInt8 = 2
+    static let reports: UInt8 = 4
     /// Pins on `word` (Q1-Q3), in the low bits, and the two flags. A pin is held only
     /// inside `withPinnedQueue`, so the count stays far below the flags.
     let pins = Atomic<UInt32>(0)

@@ -329,10 +329,15 @@ extension OperationQueue {
             if !started { unsafe op.queueFields.retired = true }
             if unsafe out.remaining == 0 {
                 var rare = unsafe FinishOutcome.Rare()
-                unsafe rare.waiters = unsafe s.waiters
-                unsafe s.waiters = unsafe []
-                unsafe s.unlinkAll(onto: &rare.released)
+                let reporting = unsafe s.unlinkAll(onto: &rare.released, finishing: op)
                 if unsafe rare.released != nil { unsafe s.releasing += 1 }
+                // A wait returns once the queue keeps no finished operation alive:
+                // now, or when the last of those releasing them has (`isDrained`).
+                unsafe s.releasing += reporting
+                if unsafe s.releasing == 0 {
+                    unsafe rare.waiters = unsafe s.waiters
+                    unsafe s.waiters = unsafe []
+                }
                 unsafe s.lastBarrier = nil
                 // Nothing is left for a skipped wait to protect, nor for an earlier
                 // class to have left below it (Promotion.swift, P2).
@@ -344,6 +349,15 @@ extension OperationQueue {
                 // meanwhile makes the queue take another.
                 unsafe rare.dropSelf = unsafe s.selfRetained
                 unsafe s.selfRetained = false
+                // Each runner left to release its operation and report reports with a
+                // reference to the queue: the queue's own for the first. (The reports
+                // wait for this lock, so the count is settled first.)
+                if reporting > 0 {
+                    var owed = reporting
+                    if unsafe rare.dropSelf { unsafe rare.dropSelf = false; owed -= 1 }
+                    // safety: references the runners drop in `drainedOperationReleased`.
+                    for _ in 0..<owed { _ = unsafe Unmanaged.passUnretained(self).retain() }
+                }
                 unsafe out.rare = unsafe rare
             }
             if unsafe !s.countObservers.isEmpty {
@@ -368,13 +382,7 @@ extension OperationQueue {
             var waiters = unsafe rare.waiters
             if unsafe rare.released != nil {
                 unsafe OperationQueue.release(rare.released)
-                unsafe waiters += state.locked { s -> [Waiter] in
-                    unsafe s.releasing -= 1
-                    guard unsafe s.isDrained(unfinished: unfinishedCount) else { return unsafe [] }
-                    unsafe s.drainWaitRank = 0
-                    defer { unsafe s.waiters = unsafe [] }
-                    return unsafe s.waiters
-                }
+                unsafe waiters += unsafe doneReleasing()
             }
             for o in unsafe rare.observers { unsafe o(out.remaining) }
             for unsafe w in unsafe waiters { unsafe w.signal() }
@@ -416,6 +424,28 @@ extension OperationQueue {
         }
     }
 
+    /// Counts one releaser of a drained queue's operations out (`State.releasing`) and
+    /// returns the waits to signal if that was the last and the queue is still drained.
+    private func doneReleasing() -> [Waiter] {
+        unsafe state.locked { s -> [Waiter] in
+            unsafe s.releasing -= 1
+            guard unsafe s.isDrained(unfinished: unfinishedCount) else { return unsafe [] }
+            unsafe s.drainWaitRank = 0
+            defer { unsafe s.waiters = unsafe [] }
+            return unsafe s.waiters
+        }
+    }
+
+    /// A runner's report that it has released an operation a drain left to it
+    /// (`QueueSync.listGone`): the drain's waits return once every such operation has
+    /// been released. Drops the reference to the queue the drain gave the runner.
+    func drainedOperationReleased() {
+        for unsafe w in unsafe doneReleasing() { unsafe w.signal() }
+        // Last: this may free the queue.
+        // safety: the reference the drain gave this runner (`finishLocked`).
+        unsafe Unmanaged.passUnretained(self).release()
+    }
+
     /// Registers `waiter`, a wait at class `rank`, to be signalled when the queue has
     /// drained (see `isDrained`); false, registering nothing, when it already has. The
     /// operations added from now until then rise to `rank` on their add (P3); the
@@ -452,6 +482,7 @@ extension OperationQueue.State {
     /// it signals the waiters once it has released them.
     ///
     /// Likewise, a finisher releasing what a drained queue held (outside the lock:
-    /// deinits run user code) makes waiters wait until it has.
+    /// deinits run user code), or a runner still returning from an operation the drain
+    /// left to it, makes waiters wait until it has released it.
     func isDrained(unfinished: Int) -> Bool { unsafe unfinished == 0 && linked == 0 && releasing == 0 }
 }

@@ -124,24 +124,41 @@ extension OperationQueue.State {
 
     /// Unlinks everything (the queue has drained: all of it has finished). An
     /// operation whose runner has not yet returned from it is left to that runner
-    /// to release (`QueueSync.runState`). The ready rings, which can then hold only
-    /// operations that finished without starting, are emptied first: they hold them
-    /// unretained.
-    mutating func unlinkAll(onto released: inout Unmanaged<Operation>?) {
+    /// to release (`QueueSync.runState`), and when the runner returns as soon as the
+    /// finish does, to report that it has: an operation of the plain classes, whose
+    /// `start()` is Spindle's, or `finishing`, the one whose finish drains the queue,
+    /// when that finish is the end of Spindle's `start()` on this thread
+    /// (`ThreadState.endingOwnStart`). Returns how many will report. The ready rings,
+    /// which can then hold only operations that finished without starting, are emptied
+    /// first: they hold them unretained.
+    mutating func unlinkAll(onto released: inout Unmanaged<Operation>?, finishing: Operation? = nil) -> Int {
         unsafe ready.clear()
         var chain = unsafe ReleaseChain()
+        var reporting = 0
         while let u = unsafe head {
             unsafe u.withGuaranteedReference { op in
                 unsafe detach(op)
+                // Ours when the queue did not start it or its runner is done with it (the
+                // runner's RMW, seen here, was its last access): no RMW of ours then.
+                guard op.queueRun.contains(.started),
+                      op.queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone == 0 else {
+                    return unsafe chain.append(u)
+                }
+                let reports = unsafe op.isPlainClass
+                    || (op === finishing && ThreadState.current.endingOwnStart?.isIdentical(to: op) == true)
                 // The last access unless the reference is ours: once `listGone` is
                 // set, the runner may release the operation at any moment.
-                let ours = !op.queueRun.contains(.started)
-                    || op.queueSync.runState.bitwiseOr(QueueSync.listGone, ordering: .acquiringAndReleasing).oldValue
-                        & QueueSync.runnerDone != 0
-                if ours { unsafe chain.append(u) }
+                let bits = QueueSync.listGone | (reports ? QueueSync.reports : 0)
+                if op.queueSync.runState.bitwiseOr(bits, ordering: .acquiringAndReleasing).oldValue
+                    & QueueSync.runnerDone != 0 {
+                    unsafe chain.append(u)
+                } else if reports {
+                    reporting += 1
+                }
             }
         }
         unsafe chain.prepend(onto: &released)
+        return reporting
     }
 
     /// The unfinished operations, in the order they were added.

@@ -35,6 +35,9 @@ final class ThreadState {
     /// runner to start before `chainNext` (OperationLifecycle.swift, F7). It holds its
     /// operation.
     @exclusivity(unchecked) var chainCompletion: (@Sendable () -> Void)?
+    /// The operation whose `start()`, Spindle's own, is finishing it on this thread
+    /// (`Operation.completeStart`): its runner returns right after.
+    @exclusivity(unchecked) var endingOwnStart: Unmanaged<Operation>?
     /// A completion block to submit as `chainNext`, a dependent that took the slot
     /// first, starts (F7). It holds its operation.
     @exclusivity(unchecked) var completionOnNextStart: (@Sendable () -> Void)?
