@@ -67,4 +67,36 @@ final class QueueLifetimeTests: XCTestCase {
         }
         XCTAssertEqual(alive, 0, "\(alive) operations were still alive after the queue's wait returned")
     }
+
+    /// While an operation runs for long, a queue to which nothing more is added lets go
+    /// of the operations that finish meanwhile, as Foundation's does, rather than when
+    /// something is next added or the queue drains. Each width; for a width of two, a
+    /// whole batch added behind the long operation, which then runs one at a time.
+    func testAQueueToWhichNothingIsAddedLetsGoOfWhatFinishesWhileAnotherRuns() {
+        for width in [OperationQueue.defaultMaxConcurrentOperationCount, 2] {
+            let q = OperationQueue()
+            q.maxConcurrentOperationCount = width
+            let gate = DispatchSemaphore(value: 0)
+            q.addOperation { gate.wait() }
+            let batch = width == 2 ? 20 : 1
+            let weaks = (0..<batch).map { _ in Weak<Captured>() }
+            let ran = DispatchGroup()
+            for weak in weaks {
+                let captured = Captured()
+                weak.value = captured
+                ran.enter()
+                q.addOperation { _ = captured; ran.leave() }
+            }
+            ran.wait()
+            // The release follows the finish on a worker of the pool: waited for, with a
+            // deadline only a queue that never lets go reaches.
+            let deadline = Date().addingTimeInterval(30)
+            while weaks.contains(where: { $0.value != nil }) && Date() < deadline { usleep(1000) }
+            XCTAssertEqual(weaks.filter { $0.value != nil }.count, 0,
+                           "width \(width): finished operations kept alive while the long one ran")
+            XCTAssertEqual(q.operationCount, 1)
+            gate.signal()
+            q.waitUntilAllOperationsAreFinished()
+        }
+    }
 }

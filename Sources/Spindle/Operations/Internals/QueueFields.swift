@@ -61,6 +61,11 @@ struct QueueSync: ~Copyable {
     static let runnerDone: UInt8 = 1
     static let listGone: UInt8 = 2
     static let reports: UInt8 = 4
+    /// Set (under the queue's lock) when an operation is added after this one: until
+    /// then it is the newest, and its finish, with nothing added since it was, lets go
+    /// of what has finished (`OperationQueue.finishLocked`). A hint read without the
+    /// lock, decided under it. In the byte the alignment of `pins` leaves free.
+    let succeeded = Atomic<Bool>(false)
     /// Pins on `word` (Q1-Q3), in the low bits, and the two flags. A pin is held only
     /// inside `withPinnedQueue`, so the count stays far below the flags.
     let pins = Atomic<UInt32>(0)

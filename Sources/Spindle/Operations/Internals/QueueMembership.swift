@@ -285,6 +285,7 @@ extension OperationQueue {
             // seq_cst: pairs with the RMW that sets `scheduledBit` (see there).
             let now = counts.wrappingSubtract(delta, ordering: .sequentiallyConsistent).newValue
             guard !started || now >> 32 == 0 || now & OperationQueue.scheduledBit != 0
+                    || !op.queueSync.succeeded.load(ordering: .relaxed)
                     || hasProgress.load(ordering: .acquiring) || hasCountObservers.load(ordering: .acquiring)
             else { return }
             finishLocked(op, started: started, delta: nil)
@@ -294,8 +295,11 @@ extension OperationQueue {
         // queue, which another finisher may drain and free the moment it succeeds.
         // The flags are read before it, while the queue is certainly alive. (Out of
         // direct mode the CAS fails on `scheduledBit`: only operations added in direct
-        // mode get here, and those that finish after a switch are rare.)
-        if started && !hasProgress.load(ordering: .acquiring) && !hasCountObservers.load(ordering: .acquiring) {
+        // mode get here, and those that finish after a switch are rare.) Not for the
+        // newest operation, which the lock lets go of with what has finished
+        // (`finishLocked`).
+        if started && !hasProgress.load(ordering: .acquiring) && !hasCountObservers.load(ordering: .acquiring)
+            && op.queueSync.succeeded.load(ordering: .relaxed) {
             // A guess, not a load: a failed CAS returns the value and leaves the line
             // exclusive here, where a load would fetch it shared and the CAS fetch it
             // again. (The adding thread writes this line on every add.)
@@ -313,7 +317,9 @@ extension OperationQueue {
     }
 
     /// The part of a finish done under the lock, and after it: retiring an operation
-    /// the queue did not start, progress, draining, starting what may start now.
+    /// the queue did not start, progress, draining, letting go of what has finished
+    /// when nothing has been added since the finishing operation was, starting what may
+    /// start now.
     /// `delta`: what to take off `counts` under the lock (nil: already taken).
     func finishLocked(_ op: Operation, started: Bool, delta: UInt64?) {
         let out = unsafe state.locked { s -> FinishOutcome in
@@ -359,6 +365,18 @@ extension OperationQueue {
                     for _ in 0..<owed { _ = unsafe Unmanaged.passUnretained(self).retain() }
                 }
                 unsafe out.rare = unsafe rare
+            } else if unsafe s.quietCheck == nil && s.isTail(op) {
+                // Nothing has been added since this operation was, and the ones left may
+                // run for long: if nothing is added meanwhile either, the finished ones
+                // are let go of once the pool has run what it holds now
+                // (`releaseIfQuiet`), rather than at the next add. (Foundation lets go
+                // of each operation as it finishes.)
+                unsafe s.quietCheck = unsafe s.nextOrder
+                var rare = unsafe FinishOutcome.Rare()
+                // safety: the check's reference to the queue, which the check drops.
+                unsafe rare.quietCheck = unsafe Unmanaged.passUnretained(self).retain()
+                unsafe rare.quietCheckClass = unsafe s.qualityOfService
+                unsafe out.rare = unsafe rare
             }
             if unsafe !s.countObservers.isEmpty {
                 if unsafe out.rare == nil { unsafe out.rare = unsafe FinishOutcome.Rare() }
@@ -392,6 +410,9 @@ extension OperationQueue {
         // when we unlocked.
         if let config = unsafe out.config { unsafe dispatch(out.start, config) }
         guard let rare = unsafe out.rare else { return }
+        if let queue = unsafe rare.quietCheck {
+            unsafe OperationQueue.scheduleQuietCheck(queue.takeRetainedValue(), class: rare.quietCheckClass)
+        }
         // Unfinished, so the queue has not drained; each reaches it through its pin.
         if let unannounced = unsafe rare.unannounced { OperationQueue.askAgain(unannounced) }
         // Last: this may free the queue.
@@ -421,29 +442,10 @@ extension OperationQueue {
             var released: Unmanaged<Operation>? = nil
             var dropSelf = false
             var unannounced: [Operation]? = nil
+            // safety: retained once, under the lock, for `scheduleQuietCheck`.
+            var quietCheck: Unmanaged<OperationQueue>? = nil
+            var quietCheckClass = QualityOfService.default
         }
-    }
-
-    /// Counts one releaser of a drained queue's operations out (`State.releasing`) and
-    /// returns the waits to signal if that was the last and the queue is still drained.
-    private func doneReleasing() -> [Waiter] {
-        unsafe state.locked { s -> [Waiter] in
-            unsafe s.releasing -= 1
-            guard unsafe s.isDrained(unfinished: unfinishedCount) else { return unsafe [] }
-            unsafe s.drainWaitRank = 0
-            defer { unsafe s.waiters = unsafe [] }
-            return unsafe s.waiters
-        }
-    }
-
-    /// A runner's report that it has released an operation a drain left to it
-    /// (`QueueSync.listGone`): the drain's waits return once every such operation has
-    /// been released. Drops the reference to the queue the drain gave the runner.
-    func drainedOperationReleased() {
-        for unsafe w in unsafe doneReleasing() { unsafe w.signal() }
-        // Last: this may free the queue.
-        // safety: the reference the drain gave this runner (`finishLocked`).
-        unsafe Unmanaged.passUnretained(self).release()
     }
 
     /// Registers `waiter`, a wait at class `rank`, to be signalled when the queue has

@@ -6,10 +6,15 @@ import Synchronization
 //
 // An intrusive doubly linked list through `QueueFields.prev/next`, under the queue's
 // lock, holding one retained reference to each operation: the only one the queue
-// holds, which its ready rings and the operations it starts borrow. The workers that
-// finish operations never touch it: finished ones (`QueueSync.done`) are unlinked
+// holds, which its ready rings and the operations it starts borrow. A worker's finish
+// of an operation leaves it alone but for the rare cases below: finished ones
+// (`QueueSync.done`) are unlinked
 // lazily by the thread adding operations (`prune`) once no ready ring and no runner
-// uses them, and all at once when the queue drains (`unlinkAll`). References are
+// uses them, all at once when the queue drains (`unlinkAll`), and, when nothing has
+// been added since the newest operation finished, by a check that runs behind the
+// pool's queued work (`OperationQueue.releaseIfQuiet`): Foundation lets go of each
+// operation as it finishes, and a queue whose remaining operations run for long would
+// otherwise keep what finished before them until its next add. References are
 // released outside the lock, oldest first, in a chain built through `QueueFields.next`
 // (`ReleaseChain`, `OperationQueue.release`), because a release may run a deinit and
 // user code.
@@ -31,7 +36,14 @@ extension OperationQueue.State {
         unsafe op.queueFields.level = unsafe level(of: op)
         unsafe op.queueFields.prev = unsafe tail
         unsafe op.queueFields.next = nil
-        if let t = unsafe tail { unsafe t.withGuaranteedReference { unsafe $0.queueFields.next = unsafe u } } else { unsafe head = unsafe u }
+        if let t = unsafe tail {
+            unsafe t.withGuaranteedReference {
+                unsafe $0.queueFields.next = unsafe u
+                $0.queueSync.succeeded.store(true, ordering: .relaxed)
+            }
+        } else {
+            unsafe head = unsafe u
+        }
         unsafe tail = unsafe u
         unsafe linked += 1
     }
@@ -124,13 +136,10 @@ extension OperationQueue.State {
 
     /// Unlinks everything (the queue has drained: all of it has finished). An
     /// operation whose runner has not yet returned from it is left to that runner
-    /// to release (`QueueSync.runState`), and when the runner returns as soon as the
-    /// finish does, to report that it has: an operation of the plain classes, whose
-    /// `start()` is Spindle's, or `finishing`, the one whose finish drains the queue,
-    /// when that finish is the end of Spindle's `start()` on this thread
-    /// (`ThreadState.endingOwnStart`). Returns how many will report. The ready rings,
-    /// which can then hold only operations that finished without starting, are emptied
-    /// first: they hold them unretained.
+    /// to release (`letGo`); `finishing` is the one whose finish drains the queue.
+    /// Returns how many runners will report their release. The ready rings, which can
+    /// then hold only operations that finished without starting, are emptied first:
+    /// they hold them unretained.
     mutating func unlinkAll(onto released: inout Unmanaged<Operation>?, finishing: Operation? = nil) -> Int {
         unsafe ready.clear()
         var chain = unsafe ReleaseChain()
@@ -138,27 +147,63 @@ extension OperationQueue.State {
         while let u = unsafe head {
             unsafe u.withGuaranteedReference { op in
                 unsafe detach(op)
-                // Ours when the queue did not start it or its runner is done with it (the
-                // runner's RMW, seen here, was its last access): no RMW of ours then.
-                guard op.queueRun.contains(.started),
-                      op.queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone == 0 else {
-                    return unsafe chain.append(u)
-                }
-                let reports = unsafe op.isPlainClass
-                    || (op === finishing && ThreadState.current.endingOwnStart?.isIdentical(to: op) == true)
-                // The last access unless the reference is ours: once `listGone` is
-                // set, the runner may release the operation at any moment.
-                let bits = QueueSync.listGone | (reports ? QueueSync.reports : 0)
-                if op.queueSync.runState.bitwiseOr(bits, ordering: .acquiringAndReleasing).oldValue
-                    & QueueSync.runnerDone != 0 {
-                    unsafe chain.append(u)
-                } else if reports {
-                    reporting += 1
-                }
+                reporting += unsafe Self.letGo(u, op, onto: &chain, finishing: finishing)
             }
         }
         unsafe chain.prepend(onto: &released)
         return reporting
+    }
+
+    /// Unlinks every operation the list may let go now (`mayRelease`): for a queue
+    /// to which nothing has been added for a while (`OperationQueue.releaseIfQuiet`),
+    /// whose finished operations no prune will let go of while those left unfinished
+    /// run.
+    mutating func releaseFinished(onto released: inout Unmanaged<Operation>?) {
+        var chain = unsafe ReleaseChain()
+        var cursor = unsafe head
+        while let u = unsafe cursor {
+            unsafe cursor = unsafe u.withGuaranteedReference { op in
+                let next = unsafe op.queueFields.next
+                if unsafe Self.mayRelease(op) { unsafe unlink(op, onto: &chain) }
+                return unsafe next
+            }
+        }
+        unsafe chain.prepend(onto: &released)
+    }
+
+    /// Whether `op` is the last operation on the list: none has been added after it.
+    func isTail(_ op: Operation) -> Bool {
+        // safety: an address compared, never dereferenced.
+        unsafe tail?.toOpaque() == Unmanaged.passUnretained(op).toOpaque()
+    }
+
+    /// Lets go of `op`, just taken off the list, whose reference `u` is the list's:
+    /// onto `chain` when the reference is ours to release, else to its runner, which
+    /// releases it once it is done with it and, when it returns as soon as the finish
+    /// does, reports that it has (`QueueSync.runState`): an operation of the plain
+    /// classes, whose `start()` is Spindle's, or `finishing`, when its finish is the
+    /// end of Spindle's `start()` on this thread (`ThreadState.endingOwnStart`).
+    /// Returns 1 when the runner will report, else 0.
+    private static func letGo(_ u: Unmanaged<Operation>, _ op: Operation, onto chain: inout ReleaseChain,
+                              finishing: Operation?) -> Int {
+        // Ours when the queue did not start it or its runner is done with it (the
+        // runner's RMW, seen here, was its last access): no RMW of ours then.
+        guard op.queueRun.contains(.started),
+              op.queueSync.runState.load(ordering: .acquiring) & QueueSync.runnerDone == 0 else {
+            unsafe chain.append(u)
+            return 0
+        }
+        let reports = unsafe op.isPlainClass
+            || (op === finishing && ThreadState.current.endingOwnStart?.isIdentical(to: op) == true)
+        // The last access unless the reference is ours: once `listGone` is set, the
+        // runner may release the operation at any moment.
+        let bits = QueueSync.listGone | (reports ? QueueSync.reports : 0)
+        if op.queueSync.runState.bitwiseOr(bits, ordering: .acquiringAndReleasing).oldValue
+            & QueueSync.runnerDone != 0 {
+            unsafe chain.append(u)
+            return 0
+        }
+        return reports ? 1 : 0
     }
 
     /// The unfinished operations, in the order they were added.

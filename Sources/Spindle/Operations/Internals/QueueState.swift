@@ -25,8 +25,13 @@ extension OperationQueue {
         /// The next `QueueFields.order` to give: one per operation linked or moved to
         /// another priority level. The 58 bits an order is kept in never wrap.
         var nextOrder: UInt64 = 0
-        /// Finishers releasing the list of a drained queue (see `isDrained`).
+        /// Threads releasing operations the queue let go of, other than the adding
+        /// thread's prunes: a wait returns after the last (QueueRelease.swift).
         var releasing = 0
+        /// `nextOrder` when the newest operation finished and a check for a queue to
+        /// which nothing is being added was scheduled (`releaseIfQuiet`); nil when none
+        /// is.
+        var quietCheck: UInt64? = nil
         /// Whether the queue holds a reference to itself: from the moment it counts an
         /// operation in until it has drained (see ``OperationQueue/counts``).
         var selfRetained = false
