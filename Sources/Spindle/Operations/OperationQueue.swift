@@ -28,13 +28,16 @@ import Synchronization
 /// A queue at the default width and not suspended is in *direct mode*: a ready
 /// operation is submitted as it is added (nothing can be ahead of it), and finishing
 /// one takes no lock at all — one CAS on the counts — unless it is the last one
-/// unfinished or someone observes the queue's count or progress. Otherwise (a width
-/// limit, suspension) a finishing operation takes the lock to start the next ready
-/// ones. The queue keeps itself alive while it has unfinished operations.
+/// unfinished, the newest one, or someone observes the queue's count or progress.
+/// Otherwise (a width limit, suspension) a finishing operation takes the lock to start
+/// the next ready ones. The queue keeps itself alive while it has unfinished operations.
 ///
 /// The list behind ``operations`` is pruned lazily by the threads that add operations
-/// (and emptied when the queue drains), so the workers that finish operations never
-/// touch it or the lock that guards it.
+/// (and emptied when the queue drains), so the workers that finish operations seldom
+/// touch it or the lock that guards it. Once nothing more is added, a check behind the
+/// pool's queued work lets go of what has finished, as Foundation lets go of each
+/// operation as it finishes: a queue whose remaining operations run for long does not
+/// keep what finished before them, nor what their blocks captured, alive.
 ///
 /// Rejected alternative: Foundation-on-Linux's design, a list of all operations scanned
 /// on every scheduling pass for one that is ready. It is O(waiting) per pass, so a long
@@ -222,7 +225,9 @@ open class OperationQueue: @unchecked Sendable {
     /// Blocks the calling thread until the queue has no operations left. It runs nothing
     /// else meanwhile; on one of Spindle's workers, the pool runs a spare worker while
     /// it waits. A thread of a higher class than the queue's operations promotes them
-    /// to its class (<doc:QualityOfService>).
+    /// to its class (<doc:QualityOfService>). When it returns, the queue holds none of
+    /// its operations: what their blocks captured has been freed, unless the program
+    /// holds the operations itself.
     open func waitUntilAllOperationsAreFinished() {
         // The waiting thread's class reaches every operation it waits for
         // (Promotion.swift, P3), those added while it waits included.
