@@ -7,7 +7,7 @@ import XCTest
 /// finished. A program that waits for the queue and then finds what its operations
 /// captured still alive would take it for a leak, as its tests do.
 final class QueueLifetimeTests: XCTestCase {
-    /// An object an operation captures, which says when it is freed.
+    /// An object an operation captures, watched through a weak reference.
     private final class Captured: Sendable {}
 
     /// A subclass that keeps Spindle's `start()` and does its work in `main()`, as most
