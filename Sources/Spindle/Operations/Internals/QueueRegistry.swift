@@ -119,19 +119,22 @@ extension OperationQueue.State {
                 steps += 1
             }
         }
-        if unsafe linked > 2 * unfinished + 256 {
-            var cursor = unsafe head
-            while let u = unsafe cursor {
-                unsafe cursor = unsafe u.withGuaranteedReference { op in
-                    let next = unsafe op.queueFields.next
-                    if unsafe Self.mayRelease(op) {
-                        unsafe unlink(op, onto: &chain)
-                    }
-                    return unsafe next
-                }
+        if unsafe linked > 2 * unfinished + 256 { unsafe sweep(onto: &chain) }
+        unsafe chain.prepend(onto: &released)
+    }
+
+    /// Unlinks, onto `chain`, every operation on the list that it may let go now
+    /// (`mayRelease`).
+    @inline(__always)
+    mutating func sweep(onto chain: inout ReleaseChain) {
+        var cursor = unsafe head
+        while let u = unsafe cursor {
+            unsafe cursor = unsafe u.withGuaranteedReference { op in
+                let next = unsafe op.queueFields.next
+                if unsafe Self.mayRelease(op) { unsafe unlink(op, onto: &chain) }
+                return unsafe next
             }
         }
-        unsafe chain.prepend(onto: &released)
     }
 
     /// Unlinks everything (the queue has drained: all of it has finished). An
@@ -160,14 +163,7 @@ extension OperationQueue.State {
     /// run.
     mutating func releaseFinished(onto released: inout Unmanaged<Operation>?) {
         var chain = unsafe ReleaseChain()
-        var cursor = unsafe head
-        while let u = unsafe cursor {
-            unsafe cursor = unsafe u.withGuaranteedReference { op in
-                let next = unsafe op.queueFields.next
-                if unsafe Self.mayRelease(op) { unsafe unlink(op, onto: &chain) }
-                return unsafe next
-            }
-        }
+        unsafe sweep(onto: &chain)
         unsafe chain.prepend(onto: &released)
     }
 
