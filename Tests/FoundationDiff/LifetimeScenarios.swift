@@ -29,6 +29,30 @@ func lifetimeScenarios() {
         gate.signal()
         q.waitUntilAllOperationsAreFinished()
     }
+    for width in [OperationQueue.defaultMaxConcurrentOperationCount, 1, 2] {
+        for endFirst in [false, true] {
+            // Operations that finish before a long one added after them, which runs
+            // on: added before it, or once they had finished.
+            let q = OperationQueue()
+            q.maxConcurrentOperationCount = width
+            let gate = DispatchSemaphore(value: 0)
+            let ran = DispatchGroup()
+            var watched: [Watched] = []
+            for _ in 0..<5 {
+                let c = Captured()
+                watched.append(Watched(c))
+                ran.enter()
+                q.addOperation { [c] in c.touch(); ran.leave() }
+            }
+            if endFirst { ran.wait() }
+            q.addOperation { gate.wait() }
+            ran.wait()
+            show("lifetime.freed-while-a-newer-one-runs.width-\(width)\(endFirst ? ".added-after-their-end" : "")",
+                 releasedWithin(10, watched))
+            gate.signal()
+            q.waitUntilAllOperationsAreFinished()
+        }
+    }
     do {
         // The program's own reference keeps a finished operation, and its block, alive.
         let q = OperationQueue()

@@ -35,9 +35,10 @@ import Synchronization
 /// The list behind ``operations`` is pruned lazily by the threads that add operations
 /// (and emptied when the queue drains), so the workers that finish operations seldom
 /// touch it or the lock that guards it. Once nothing more is added, a check behind the
-/// pool's queued work lets go of what has finished, as Foundation lets go of each
-/// operation as it finishes: a queue whose remaining operations run for long does not
-/// keep what finished before them, nor what their blocks captured, alive.
+/// pool's queued work, or the queue's watch a few milliseconds later, lets go of what
+/// has finished, as Foundation lets go of each operation as it finishes: a queue whose
+/// remaining operations run for long does not keep what finished before them, nor what
+/// their blocks captured, alive.
 ///
 /// Rejected alternative: Foundation-on-Linux's design, a list of all operations scanned
 /// on every scheduling pass for one that is ready. It is O(waiting) per pass, so a long

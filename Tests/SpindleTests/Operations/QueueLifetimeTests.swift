@@ -99,4 +99,49 @@ final class QueueLifetimeTests: XCTestCase {
             q.waitUntilAllOperationsAreFinished()
         }
     }
+
+    /// The same when the long operation is the newest: what finished before it, added
+    /// before it or after its own end, is let go of while it runs, at every width.
+    func testWhatFinishedBeforeALongOperationAddedAfterItIsLetGoOfWhileItRuns() {
+        for width in [OperationQueue.defaultMaxConcurrentOperationCount, 1, 2] {
+            for endFirst in [false, true] {
+                let q = OperationQueue()
+                q.maxConcurrentOperationCount = width
+                let gate = DispatchSemaphore(value: 0)
+                let weaks = (0..<5).map { _ in Weak<Captured>() }
+                let ran = DispatchGroup()
+                for weak in weaks {
+                    let captured = Captured()
+                    weak.value = captured
+                    ran.enter()
+                    q.addOperation { _ = captured; ran.leave() }
+                }
+                if endFirst { ran.wait() }
+                q.addOperation { gate.wait() }
+                ran.wait()
+                // Let go of by the queue's watch, within its longest delay once nothing
+                // is added: waited for, with a deadline only a queue that keeps them
+                // while the long one runs reaches.
+                XCTAssertTrue(eventually(within: 30) { weaks.allSatisfy { $0.value == nil } },
+                              "width \(width)\(endFirst ? ", added once they had finished" : ""): "
+                              + "finished operations kept alive while the newest ran")
+                gate.signal()
+                q.waitUntilAllOperationsAreFinished()
+            }
+        }
+    }
+
+    /// The watch stops once nothing runs: an idle queue, or one whose operations wait,
+    /// suspended, wakes no thread.
+    func testTheWatchStopsWhenNothingRuns() {
+        let q = OperationQueue()
+        for _ in 0..<4 { q.addOperation {} }
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertTrue(eventually(within: 30) { unsafe q.state.locked { unsafe $0.watch } == nil }, "the watch ticks on after the queue drained")
+        q.isSuspended = true
+        for _ in 0..<4 { q.addOperation {} }
+        XCTAssertTrue(eventually(within: 30) { unsafe q.state.locked { unsafe $0.watch } == nil }, "the watch ticks on while the queue is suspended")
+        q.isSuspended = false
+        q.waitUntilAllOperationsAreFinished()
+    }
 }

@@ -93,6 +93,7 @@ extension OperationQueue {
             unsafe registerLocked(&s, u, op, readyNow: readyNow, fresh: fresh, isBarrier: isBarrier)
         }
         unsafe OperationQueue.release(outcome.released)
+        if unsafe outcome.armedWatch { scheduleWatch(afterMilliseconds: OperationQueue.watchMinDelay) }
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
         if let barrier = unsafe outcome.barrier { op.addDependencyEdge(unsafe barrier.takeRetainedValue()) }
         if let config = unsafe outcome.config {
@@ -146,6 +147,11 @@ extension OperationQueue {
             get { unsafe flags & 4 != 0 }
             set { unsafe flags = unsafe newValue ? flags | 4 : flags & ~4 }
         }
+        /// The add armed the queue's watch, which `register` schedules once unlocked.
+        var armedWatch: Bool {
+            get { unsafe flags & 8 != 0 }
+            set { unsafe flags = unsafe newValue ? flags | 8 : flags & ~8 }
+        }
     }
 
     /// `register`'s locked section (A3).
@@ -178,6 +184,9 @@ extension OperationQueue {
         }
         // Counted in (and, when it starts directly, as running) before it can start.
         unsafe s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
+        // Another operation is listed, running or finished: watch for the queue going
+        // quiet while some still run (QueueRelease.swift).
+        if unsafe s.watch == nil && s.armWatch() { unsafe out.armedWatch = true }
         if isBarrier { pendingBarriers.add(1, ordering: .sequentiallyConsistent) }
         if unsafe !s.selfRetained {
             unsafe s.selfRetained = true

@@ -33,7 +33,7 @@ extension OperationQueue {
 
     /// Takes what may start now and starts it (after a width or suspension change).
     func startWhatCan(_ change: (inout State) -> Void) {
-        let (start, config, unannounced) = unsafe state.locked { s -> (Startable, DispatchConfig, [Operation]?) in
+        let (start, config, unannounced, watch) = unsafe state.locked { s -> (Startable, DispatchConfig, [Operation]?, Bool) in
             unsafe change(&s)
             unsafe s.refreshMode()
             let unannounced = unsafe s.takeUnannounced(counts)
@@ -43,9 +43,13 @@ extension OperationQueue {
             } else {
                 counts.bitwiseOr(OperationQueue.scheduledBit, ordering: .sequentiallyConsistent)
             }
-            return unsafe (s.takeStartable(counts), DispatchConfig(s), unannounced)
+            let start = unsafe s.takeStartable(counts)
+            // What starts here may leave others finished behind it (a queue resumed, or
+            // made wider): the watch lets go of them while it runs.
+            return unsafe (start, DispatchConfig(s), unannounced, !start.isEmpty && s.armWatch())
         }
         dispatch(start, config)
+        if watch { scheduleWatch(afterMilliseconds: OperationQueue.watchMinDelay) }
         if let unannounced { OperationQueue.askAgain(unannounced) }
     }
 }

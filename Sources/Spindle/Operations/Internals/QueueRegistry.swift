@@ -12,9 +12,10 @@ import Synchronization
 // lazily by the thread adding operations (`prune`) once no ready ring and no runner
 // uses them, all at once when the queue drains (`unlinkAll`), and, when nothing has
 // been added since the newest operation finished, by a check that runs behind the
-// pool's queued work (`OperationQueue.releaseIfQuiet`): Foundation lets go of each
-// operation as it finishes, and a queue whose remaining operations run for long would
-// otherwise keep what finished before them until its next add. References are
+// pool's queued work (`OperationQueue.releaseIfQuiet`), or since the queue's watch last
+// ticked (`OperationQueue.watchTick`): Foundation lets go of each operation as it
+// finishes, and a queue whose remaining operations run for long would otherwise keep
+// what finished before them until its next add. References are
 // released outside the lock, oldest first, in a chain built through `QueueFields.next`
 // (`ReleaseChain`, `OperationQueue.release`), because a release may run a deinit and
 // user code.

@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 // How a queue lets go of its finished operations outside the adding thread's prunes,
@@ -11,6 +12,15 @@ import Synchronization
 // - A quiet queue's: when nothing has been added since the newest operation finished,
 //   a check behind the pool's queued work lets go of what has finished, if still
 //   nothing has been added (`releaseIfQuiet`).
+// - A watched queue's: an add to a queue that lists another operation arms a watch,
+//   which ticks while operations run. A tick that finds nothing added since the last
+//   lets go of what has finished: an operation that finished before one added after it,
+//   which runs for long, is not kept until that one ends (`watchTick`).
+//
+// Rejected for the watch: taking the lock at every finish that leaves another operation
+// unfinished, the only place that sees such a finish at once (slower on the operation
+// path, docs/performance.md); a tick at a fixed period, which would wake a thread for
+// as long as an operation runs where a doubling delay wakes one a few times a second.
 //
 // Model: Tests/Models/run_state.pml checks a drain's release against its runner's,
 // and that the wait returns only after both.
@@ -53,6 +63,58 @@ extension OperationQueue {
         for unsafe w in unsafe doneReleasing() { unsafe w.signal() }
     }
 
+    /// The watch's first delay, in milliseconds, and the most it grows to.
+    static let watchMinDelay = 8
+    static let watchMaxDelay = 256
+
+    /// Runs `watchTick` on the queue's class of workers after `ms` milliseconds.
+    ///
+    /// The timer holds the queue: a weak reference would move the queue's reference
+    /// count to a side table for good, and every retain and release of the queue, one
+    /// or two per operation, would take the runtime's slow path. The queue holds
+    /// itself while it has operations anyway; once drained, it outlives the drain by
+    /// the pending tick's delay at most.
+    func scheduleWatch(afterMilliseconds ms: Int) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(ms)) {
+            // The tick takes the queue's lock: on a worker of the queue's class, as the
+            // queue's other work, so that a lower class never holds it against a higher
+            // one.
+            let qos = unsafe self.state.locked { unsafe $0.qualityOfService }
+            unsafe ChainRunner.submitCompletion({ self.watchTick() }, on: QoSPools.engine(for: qos))
+        }
+    }
+
+    /// One tick of the watch: when nothing has been added since the last, lets go of
+    /// the finished operations no add will prune (as `releaseIfQuiet`). Ticks again
+    /// while an operation runs, or while finished operations are still listed and the
+    /// last tick found an add or let go of some; the delay doubles while nothing is
+    /// added. Otherwise the watch is disarmed, until an add arms it again.
+    func watchTick() {
+        let (released, next) = unsafe state.locked { s -> (Unmanaged<Operation>?, Int?) in
+            let quiet = unsafe s.watch == s.nextOrder
+            var released: Unmanaged<Operation>? = nil
+            if quiet {
+                unsafe s.releaseFinished(onto: &released)
+                // A wait returns once these are released (`isDrained`).
+                if unsafe released != nil { unsafe s.releasing += 1 }
+            }
+            let running = counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask
+            let listed = unsafe s.linked > unfinishedCount
+            guard unsafe !s.suspended && (running > 0 || (listed && (!quiet || released != nil))) else {
+                unsafe s.watch = nil
+                return unsafe (released, nil)
+            }
+            unsafe s.watchDelay = unsafe quiet ? min(2 * s.watchDelay, OperationQueue.watchMaxDelay) : OperationQueue.watchMinDelay
+            unsafe s.watch = unsafe s.nextOrder
+            return unsafe (released, s.watchDelay)
+        }
+        if let released = unsafe released {
+            unsafe OperationQueue.release(released)
+            for unsafe w in unsafe doneReleasing() { unsafe w.signal() }
+        }
+        if let next { scheduleWatch(afterMilliseconds: next) }
+    }
+
     /// A runner's report that it has released an operation a drain left to it
     /// (`QueueSync.listGone`): the drain's waits return once every such operation has
     /// been released. Drops the reference to the queue the drain gave the runner.
@@ -61,5 +123,17 @@ extension OperationQueue {
         // Last: this may free the queue.
         // safety: the reference the drain gave this runner (`finishLocked`).
         unsafe Unmanaged.passUnretained(self).release()
+    }
+}
+
+extension OperationQueue.State {
+    /// Arms the watch when it is not armed and the list holds more than one operation;
+    /// true when it did, and the caller then schedules its first tick once unlocked.
+    @inline(__always)
+    mutating func armWatch() -> Bool {
+        guard unsafe watch == nil && linked > 1 else { return false }
+        unsafe watch = unsafe nextOrder
+        unsafe watchDelay = OperationQueue.watchMinDelay
+        return true
     }
 }

@@ -32,6 +32,12 @@ extension OperationQueue {
         /// which nothing is being added was scheduled (`releaseIfQuiet`); nil when none
         /// is.
         var quietCheck: UInt64? = nil
+        /// `nextOrder` when the queue's watch was last armed (`watchTick`); nil when it
+        /// is not armed.
+        var watch: UInt64? = nil
+        /// Milliseconds until the watch's next tick: the first after an add, doubled
+        /// at each tick that finds nothing added, up to `OperationQueue.watchMaxDelay`.
+        var watchDelay = OperationQueue.watchMinDelay
         /// Whether the queue holds a reference to itself: from the moment it counts an
         /// operation in until it has drained (see ``OperationQueue/counts``).
         var selfRetained = false
