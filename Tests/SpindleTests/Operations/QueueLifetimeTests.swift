@@ -78,22 +78,12 @@ final class QueueLifetimeTests: XCTestCase {
             q.maxConcurrentOperationCount = width
             let gate = DispatchSemaphore(value: 0)
             q.addOperation { gate.wait() }
-            let batch = width == 2 ? 20 : 1
-            let weaks = (0..<batch).map { _ in Weak<Captured>() }
-            let ran = DispatchGroup()
-            for weak in weaks {
-                let captured = Captured()
-                weak.value = captured
-                ran.enter()
-                q.addOperation { _ = captured; ran.leave() }
-            }
+            let (weaks, ran) = addShortOperations(width == 2 ? 20 : 1, to: q)
             ran.wait()
             // The release follows the finish on a worker of the pool: waited for, with a
             // deadline only a queue that never lets go reaches.
-            let deadline = Date().addingTimeInterval(30)
-            while weaks.contains(where: { $0.value != nil }) && Date() < deadline { usleep(1000) }
-            XCTAssertEqual(weaks.filter { $0.value != nil }.count, 0,
-                           "width \(width): finished operations kept alive while the long one ran")
+            XCTAssertTrue(eventually(within: 30) { weaks.allSatisfy { $0.value == nil } },
+                          "width \(width): finished operations kept alive while the long one ran")
             XCTAssertEqual(q.operationCount, 1)
             gate.signal()
             q.waitUntilAllOperationsAreFinished()
@@ -108,14 +98,7 @@ final class QueueLifetimeTests: XCTestCase {
                 let q = OperationQueue()
                 q.maxConcurrentOperationCount = width
                 let gate = DispatchSemaphore(value: 0)
-                let weaks = (0..<5).map { _ in Weak<Captured>() }
-                let ran = DispatchGroup()
-                for weak in weaks {
-                    let captured = Captured()
-                    weak.value = captured
-                    ran.enter()
-                    q.addOperation { _ = captured; ran.leave() }
-                }
+                let (weaks, ran) = addShortOperations(5, to: q)
                 if endFirst { ran.wait() }
                 q.addOperation { gate.wait() }
                 ran.wait()
@@ -129,6 +112,20 @@ final class QueueLifetimeTests: XCTestCase {
                 q.waitUntilAllOperationsAreFinished()
             }
         }
+    }
+
+    /// Adds `n` operations that each capture an object, watched through the weak
+    /// references returned, and leave the group returned once run.
+    private func addShortOperations(_ n: Int, to q: OperationQueue) -> ([Weak<Captured>], DispatchGroup) {
+        let weaks = (0..<n).map { _ in Weak<Captured>() }
+        let ran = DispatchGroup()
+        for weak in weaks {
+            let captured = Captured()
+            weak.value = captured
+            ran.enter()
+            q.addOperation { _ = captured; ran.leave() }
+        }
+        return (weaks, ran)
     }
 
     /// The watch stops once nothing runs: an idle queue, or one whose operations wait,
