@@ -186,7 +186,7 @@ extension OperationQueue {
         unsafe s.count(counts, delta: OperationQueue.oneUnfinished | (out.direct ? 1 : 0), released: &out.released)
         // Another operation is listed, running or finished: watch for the queue going
         // quiet while some still run (QueueRelease.swift).
-        if unsafe s.watch == nil && s.armWatch() { unsafe out.armedWatch = true }
+        if unsafe s.armWatch() { unsafe out.armedWatch = true }
         if isBarrier { pendingBarriers.add(1, ordering: .sequentiallyConsistent) }
         if unsafe !s.selfRetained {
             unsafe s.selfRetained = true
