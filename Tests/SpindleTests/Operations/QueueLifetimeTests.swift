@@ -129,8 +129,22 @@ final class QueueLifetimeTests: XCTestCase {
     }
 
     /// The watch stops once nothing runs: an idle queue, or one whose operations wait,
-    /// suspended, wakes no thread.
+    /// suspended, wakes no thread. Nor does a serial queue whose one operation runs on
+    /// with nothing finished left to let go of: each of its finishes arms the watch
+    /// again.
     func testTheWatchStopsWhenNothingRuns() {
+        let serial = OperationQueue()
+        serial.maxConcurrentOperationCount = 1
+        let gate = DispatchSemaphore(value: 0)
+        let (weaks, ran) = addShortOperations(3, to: serial)
+        serial.addOperation { gate.wait() }
+        ran.wait()
+        XCTAssertTrue(eventually(within: 30) { weaks.allSatisfy { $0.value == nil } }, "finished operations kept")
+        XCTAssertTrue(eventually(within: 30) { unsafe serial.state.locked { unsafe $0.watch } == nil },
+                      "the watch ticks on while a serial queue's one operation runs")
+        gate.signal()
+        serial.waitUntilAllOperationsAreFinished()
+
         let q = OperationQueue()
         for _ in 0..<4 { q.addOperation {} }
         q.waitUntilAllOperationsAreFinished()

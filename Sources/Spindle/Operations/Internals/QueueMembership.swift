@@ -387,6 +387,13 @@ extension OperationQueue {
                 unsafe rare.quietCheckClass = unsafe s.qualityOfService
                 unsafe out.rare = unsafe rare
             }
+            // Out of direct mode the watch stops while operations run (`watchTick`):
+            // every finish passes here, and arms it again.
+            if unsafe out.remaining > 0 && s.armWatch() {
+                if unsafe out.rare == nil { unsafe out.rare = unsafe FinishOutcome.Rare() }
+                // safety: the watch's reference to the queue, which its timer takes over.
+                unsafe out.rare!.watch = unsafe Unmanaged.passUnretained(self).retain()
+            }
             if unsafe !s.countObservers.isEmpty {
                 if unsafe out.rare == nil { unsafe out.rare = unsafe FinishOutcome.Rare() }
                 unsafe out.rare!.observers = unsafe s.countObservers.map(\.handler)
@@ -422,6 +429,9 @@ extension OperationQueue {
         if let queue = unsafe rare.quietCheck {
             unsafe OperationQueue.scheduleQuietCheck(queue.takeRetainedValue(), class: rare.quietCheckClass)
         }
+        if let queue = unsafe rare.watch {
+            unsafe queue.takeRetainedValue().scheduleWatch(afterMilliseconds: OperationQueue.watchMinDelay)
+        }
         // Unfinished, so the queue has not drained; each reaches it through its pin.
         if let unannounced = unsafe rare.unannounced { OperationQueue.askAgain(unannounced) }
         // Last: this may free the queue.
@@ -454,6 +464,8 @@ extension OperationQueue {
             // safety: retained once, under the lock, for `scheduleQuietCheck`.
             var quietCheck: Unmanaged<OperationQueue>? = nil
             var quietCheckClass = QualityOfService.default
+            // safety: retained once, under the lock, for `scheduleWatch`.
+            var watch: Unmanaged<OperationQueue>? = nil
         }
     }
 
@@ -483,17 +495,4 @@ extension OperationQueue.State {
                      "OperationQueue: more than 2^31 - 1 operations unfinished in one queue")
         unsafe prune(unfinished: Int(now >> 32), onto: &released)
     }
-
-    /// True when the queue has no operations left and has released those it held.
-    ///
-    /// The count reaches zero before the finisher that brought it there takes the
-    /// lock to empty the list; a wait that returned in between would return while
-    /// finished operations (and what their blocks captured) were still referenced.
-    /// Zero unfinished with a non-empty list means that finisher is on its way, and
-    /// it signals the waiters once it has released them.
-    ///
-    /// Likewise, a finisher releasing what a drained queue held (outside the lock:
-    /// deinits run user code), or a runner still returning from an operation the drain
-    /// left to it, makes waiters wait until it has released it.
-    func isDrained(unfinished: Int) -> Bool { unsafe unfinished == 0 && linked == 0 && releasing == 0 }
 }

@@ -65,7 +65,7 @@ extension OperationQueue {
 
     /// The watch's first delay, in milliseconds, and the most it grows to.
     static let watchMinDelay = 8
-    static let watchMaxDelay = 256
+    static let watchMaxDelay = 1024
 
     /// Runs `watchTick` on the queue's class of workers after `ms` milliseconds.
     ///
@@ -101,7 +101,14 @@ extension OperationQueue {
             }
             let running = counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask
             let listed = unsafe s.linked > unfinishedCount
-            guard unsafe !s.suspended && (running > 0 || (listed && (!quiet || released != nil))) else {
+            // Finished operations still listed, with an add or a release since the last
+            // tick: on. Otherwise, while some run, on in direct mode only, where a finish
+            // may take no lock; out of it every finish takes the lock and arms the watch
+            // again (`finishLocked`), so a queue whose one operation runs for hours does
+            // not tick meanwhile.
+            let on = unsafe !s.suspended
+                && ((listed && (!quiet || released != nil)) || (running > 0 && s.isDirect))
+            guard on else {
                 unsafe s.watch = nil
                 return unsafe (released, nil)
             }
@@ -128,6 +135,19 @@ extension OperationQueue {
 }
 
 extension OperationQueue.State {
+    /// True when the queue has no operations left and has released those it held.
+    ///
+    /// The count reaches zero before the finisher that brought it there takes the
+    /// lock to empty the list; a wait that returned in between would return while
+    /// finished operations (and what their blocks captured) were still referenced.
+    /// Zero unfinished with a non-empty list means that finisher is on its way, and
+    /// it signals the waiters once it has released them.
+    ///
+    /// Likewise, a finisher releasing what a drained queue held (outside the lock:
+    /// deinits run user code), or a runner still returning from an operation the drain
+    /// left to it, makes waiters wait until it has released it.
+    func isDrained(unfinished: Int) -> Bool { unsafe unfinished == 0 && linked == 0 && releasing == 0 }
+
     /// Arms the watch when it is not armed and the list holds more than one operation;
     /// true when it did, and the caller then schedules its first tick once unlocked.
     @inline(__always)
