@@ -13,9 +13,10 @@ import Synchronization
 //   a check behind the pool's queued work lets go of what has finished, if still
 //   nothing has been added (`releaseIfQuiet`).
 // - A watched queue's: an add to a queue that lists another operation arms a watch,
-//   which ticks while operations run. A tick that finds nothing added since the last
-//   lets go of what has finished: an operation that finished before one added after it,
-//   which runs for long, is not kept until that one ends (`watchTick`).
+//   which ticks while operations run (out of direct mode, while finished ones are left
+//   to let go of; every finish there arms it again). A tick that finds nothing added
+//   since the last lets go of what has finished: an operation that finished before one
+//   added after it, which runs for long, is not kept until that one ends (`watchTick`).
 //
 // Rejected for the watch: taking the lock at every finish that leaves another operation
 // unfinished, the only place that sees such a finish at once (slower on the operation
