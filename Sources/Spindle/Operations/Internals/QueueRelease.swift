@@ -20,8 +20,9 @@ import Synchronization
 //
 // Rejected for the watch: taking the lock at every finish that leaves another operation
 // unfinished, the only place that sees such a finish at once (slower on the operation
-// path, docs/performance.md); a tick at a fixed period, which would wake a thread for
-// as long as an operation runs where a doubling delay wakes one a few times a second.
+// path, docs/performance.md); a tick at a fixed period, which would wake a thread as
+// often for as long as an operation runs, where the doubling delay comes down to one
+// tick a second, and to none out of direct mode.
 //
 // Model: Tests/Models/run_state.pml checks a drain's release against its runner's,
 // and that the wait returns only after both.
@@ -88,9 +89,10 @@ extension OperationQueue {
 
     /// One tick of the watch: when nothing has been added since the last, lets go of
     /// the finished operations no add will prune (as `releaseIfQuiet`). Ticks again
-    /// while an operation runs, or while finished operations are still listed and the
-    /// last tick found an add or let go of some; the delay doubles while nothing is
-    /// added. Otherwise the watch is disarmed, until an add arms it again.
+    /// while finished operations are still listed and this tick found an add or let go
+    /// of some, or, in direct mode, while an operation runs; the delay doubles while
+    /// nothing is added. Otherwise the watch is disarmed, until an add, a finish out of
+    /// direct mode or a scheduling pass that starts something arms it again.
     func watchTick() {
         let (released, next) = unsafe state.locked { s -> (Unmanaged<Operation>?, Int?) in
             let quiet = unsafe s.watch == s.nextOrder
