@@ -343,37 +343,7 @@ extension OperationQueue {
             // Not started by the queue: it may sit in a ready list; skip it there.
             if !started { unsafe op.queueFields.retired = true }
             if unsafe out.remaining == 0 {
-                var rare = unsafe FinishOutcome.Rare()
-                let reporting = unsafe s.unlinkAll(onto: &rare.released, finishing: op)
-                if unsafe rare.released != nil { unsafe s.releasing += 1 }
-                // A wait returns once the queue keeps no finished operation alive:
-                // now, or when the last of those releasing them has (`isDrained`).
-                unsafe s.releasing += reporting
-                if unsafe s.releasing == 0 {
-                    unsafe rare.waiters = unsafe s.waiters
-                    unsafe s.waiters = unsafe []
-                }
-                unsafe s.lastBarrier = nil
-                // Nothing is left for a skipped wait to protect, nor for an earlier
-                // class to have left below it (Promotion.swift, P2).
-                unsafe s.skippedWaitRank = 0
-                unsafe s.drainWaitRank = 0
-                unsafe s.lowestRank = ClassRank.of(s.qualityOfService)
-                // The queue's reference to itself is ours now (LT2): it
-                // keeps the queue alive until we drop it, last. An operation added
-                // meanwhile makes the queue take another.
-                unsafe rare.dropSelf = unsafe s.selfRetained
-                unsafe s.selfRetained = false
-                // Each runner left to release its operation and report reports with a
-                // reference to the queue: the queue's own for the first. (The reports
-                // wait for this lock, so the count is settled first.)
-                if reporting > 0 {
-                    var owed = reporting
-                    if unsafe rare.dropSelf { unsafe rare.dropSelf = false; owed -= 1 }
-                    // safety: references the runners drop in `drainedOperationReleased`.
-                    for _ in 0..<owed { _ = unsafe Unmanaged.passUnretained(self).retain() }
-                }
-                unsafe out.rare = unsafe rare
+                unsafe out.rare = unsafe drainLocked(&s, finishing: op)
             } else if unsafe s.quietCheck == nil && s.isTail(op) {
                 // Nothing has been added since this operation was, and the ones left may
                 // run for long: if nothing is added meanwhile either, the finished ones

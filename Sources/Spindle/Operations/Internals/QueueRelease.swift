@@ -65,6 +65,44 @@ extension OperationQueue {
         for unsafe w in unsafe doneReleasing() { unsafe w.signal() }
     }
 
+    /// A drain, under the lock: the finish of `op` left no operation unfinished. Lets
+    /// go of the list, takes the waits to signal when nothing is left to release, and
+    /// hands on the queue's reference to itself (LT2).
+    @inline(never)
+    func drainLocked(_ s: inout State, finishing op: Operation) -> FinishOutcome.Rare {
+        var rare = unsafe FinishOutcome.Rare()
+        let reporting = unsafe s.unlinkAll(onto: &rare.released, finishing: op)
+        if unsafe rare.released != nil { unsafe s.releasing += 1 }
+        // A wait returns once the queue keeps no finished operation alive:
+        // now, or when the last of those releasing them has (`isDrained`).
+        unsafe s.releasing += reporting
+        if unsafe s.releasing == 0 {
+            unsafe rare.waiters = unsafe s.waiters
+            unsafe s.waiters = unsafe []
+        }
+        unsafe s.lastBarrier = nil
+        // Nothing is left for a skipped wait to protect, nor for an earlier
+        // class to have left below it (Promotion.swift, P2).
+        unsafe s.skippedWaitRank = 0
+        unsafe s.drainWaitRank = 0
+        unsafe s.lowestRank = ClassRank.of(s.qualityOfService)
+        // The queue's reference to itself is ours now (LT2): it
+        // keeps the queue alive until we drop it, last. An operation added
+        // meanwhile makes the queue take another.
+        unsafe rare.dropSelf = unsafe s.selfRetained
+        unsafe s.selfRetained = false
+        // Each runner left to release its operation and report reports with a
+        // reference to the queue: the queue's own for the first. (The reports
+        // wait for this lock, so the count is settled first.)
+        if reporting > 0 {
+            var owed = reporting
+            if unsafe rare.dropSelf { unsafe rare.dropSelf = false; owed -= 1 }
+            // safety: references the runners drop in `drainedOperationReleased`.
+            for _ in 0..<owed { _ = unsafe Unmanaged.passUnretained(self).retain() }
+        }
+        return unsafe rare
+    }
+
     /// The watch's first delay, in milliseconds, and the most it grows to.
     static let watchMinDelay = 8
     static let watchMaxDelay = 1024
