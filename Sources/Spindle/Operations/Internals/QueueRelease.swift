@@ -13,8 +13,8 @@ import Synchronization
 //   a check behind the pool's queued work lets go of what has finished, if still
 //   nothing has been added (`releaseIfQuiet`).
 // - A watched queue's: an add to a queue that lists another operation arms a watch,
-//   which ticks while operations run (out of direct mode, while finished ones are left
-//   to let go of; every finish there arms it again). A tick that finds nothing added
+//   which ticks while finished operations are listed and, in direct mode, while
+//   operations run (out of it every finish arms it again). A tick that finds nothing added
 //   since the last lets go of what has finished: an operation that finished before one
 //   added after it, which runs for long, is not kept until that one ends (`watchTick`).
 //
@@ -127,9 +127,8 @@ extension OperationQueue {
 
     /// One tick of the watch: when nothing has been added since the last, lets go of
     /// the finished operations no add will prune (as `releaseIfQuiet`). Ticks again
-    /// while finished operations are still listed and this tick found an add or let go
-    /// of some, or, in direct mode, while an operation runs; the delay doubles while
-    /// nothing is added. Otherwise the watch is disarmed, until an add, a finish out of
+    /// while finished operations are still listed, or, in direct mode, while an
+    /// operation runs; the delay doubles while nothing is added. Otherwise the watch is disarmed, until an add, a finish out of
     /// direct mode or a scheduling pass that starts something arms it again.
     func watchTick() {
         let (released, next) = unsafe state.locked { s -> (Unmanaged<Operation>?, Int?) in
@@ -142,13 +141,12 @@ extension OperationQueue {
             }
             let running = counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask
             let listed = unsafe s.linked > unfinishedCount
-            // Finished operations still listed, with an add or a release since the last
-            // tick: on. Otherwise, while some run, on in direct mode only, where a finish
-            // may take no lock; out of it every finish takes the lock and arms the watch
-            // again (`finishLocked`), so a queue whose one operation runs for hours does
-            // not tick meanwhile.
-            let on = unsafe !s.suspended
-                && ((listed && (!quiet || released != nil)) || (running > 0 && s.isDirect))
+            // Finished operations still listed (one whose runner was still returning
+            // from it, say): on. Otherwise, while some run, on in direct mode only, where
+            // a finish may take no lock; out of it every finish takes the lock and arms
+            // the watch again (`finishLocked`), so a queue whose one operation runs for
+            // hours does not tick meanwhile.
+            let on = unsafe !s.suspended && (listed || (running > 0 && s.isDirect))
             guard on else {
                 unsafe s.watch = nil
                 return unsafe (released, nil)
