@@ -158,14 +158,19 @@ extension OperationQueue.State {
         return reporting
     }
 
-    /// Unlinks every operation the list may let go now (`mayRelease`): for a queue
-    /// to which nothing has been added for a while (`OperationQueue.releaseIfQuiet`),
-    /// whose finished operations no prune will let go of while those left unfinished
-    /// run.
-    mutating func releaseFinished(onto released: inout Unmanaged<Operation>?) {
+    /// Unlinks every operation the list may let go now (`mayRelease`) and returns
+    /// them, counted in `releasing` when there are any, for the caller to release with
+    /// `OperationQueue.releaseCounted`: for a queue to which nothing has been added for
+    /// a while (`releaseIfQuiet`, `watchTick`), whose finished operations no prune will
+    /// let go of while those left unfinished run.
+    mutating func releaseFinished() -> Unmanaged<Operation>? {
         var chain = unsafe ReleaseChain()
         unsafe sweep(onto: &chain)
+        var released: Unmanaged<Operation>? = nil
         unsafe chain.prepend(onto: &released)
+        // A wait returns once these are released (`isDrained`).
+        if unsafe released != nil { unsafe releasing += 1 }
+        return unsafe released
     }
 
     /// Whether `op` is the last operation on the list: none has been added after it.

@@ -54,13 +54,14 @@ extension OperationQueue {
         let released = unsafe state.locked { s -> Unmanaged<Operation>? in
             defer { unsafe s.quietCheck = nil }
             guard unsafe s.quietCheck == s.nextOrder else { return nil }
-            var released: Unmanaged<Operation>? = nil
-            unsafe s.releaseFinished(onto: &released)
-            // A wait returns once these are released (`isDrained`).
-            if unsafe released != nil { unsafe s.releasing += 1 }
-            return unsafe released
+            return unsafe s.releaseFinished()
         }
-        guard let released = unsafe released else { return }
+        if let released = unsafe released { unsafe releaseCounted(released) }
+    }
+
+    /// Releases what `State.releaseFinished` let go of, then counts this releaser out:
+    /// the waits it kept waiting may return.
+    func releaseCounted(_ released: Unmanaged<Operation>) {
         unsafe OperationQueue.release(released)
         for unsafe w in unsafe doneReleasing() { unsafe w.signal() }
     }
@@ -128,17 +129,13 @@ extension OperationQueue {
     /// One tick of the watch: when nothing has been added since the last, lets go of
     /// the finished operations no add will prune (as `releaseIfQuiet`). Ticks again
     /// while finished operations are still listed, or, in direct mode, while an
-    /// operation runs; the delay doubles while nothing is added. Otherwise the watch is disarmed, until an add, a finish out of
-    /// direct mode or a scheduling pass that starts something arms it again.
+    /// operation runs; the delay doubles while nothing is added. Otherwise the watch
+    /// is disarmed, until an add, a finish out of direct mode or a scheduling pass that
+    /// starts something arms it again.
     func watchTick() {
         let (released, next) = unsafe state.locked { s -> (Unmanaged<Operation>?, Int?) in
             let quiet = unsafe s.watch == s.nextOrder
-            var released: Unmanaged<Operation>? = nil
-            if quiet {
-                unsafe s.releaseFinished(onto: &released)
-                // A wait returns once these are released (`isDrained`).
-                if unsafe released != nil { unsafe s.releasing += 1 }
-            }
+            let released = unsafe quiet ? s.releaseFinished() : nil
             let running = counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask
             let listed = unsafe s.linked > unfinishedCount
             // Finished operations still listed (one whose runner was still returning
@@ -155,10 +152,7 @@ extension OperationQueue {
             unsafe s.watch = unsafe s.nextOrder
             return unsafe (released, s.watchDelay)
         }
-        if let released = unsafe released {
-            unsafe OperationQueue.release(released)
-            for unsafe w in unsafe doneReleasing() { unsafe w.signal() }
-        }
+        if let released = unsafe released { unsafe releaseCounted(released) }
         if let next { scheduleWatch(afterMilliseconds: next) }
     }
 
