@@ -1,23 +1,26 @@
 /*
  * readiness.pml — an operation's readiness reaching its queue: never lost, never taken
  * twice, and taken back when a dependency is added before it starts (Sources/Spindle/
- * Operations/Internals/Readiness.swift, R1-R4: evaluateReadiness, operationBecameReady,
- * operationBecameUnready; QueueMembership.swift, A2-A4: enqueue's register and its look
- * after the lock; Operation.swift, addDependencyEdge; OperationLifecycle.swift, F1-F3).
+ * Operations/Internals/Readiness.swift, R1-R4 and R8: evaluateReadiness, signalReady,
+ * operationBecameReady, operationBecameUnready; QueueState.swift, the take's
+ * `isPassedOver`; QueueMembership.swift, A2-A4: enqueue's register and its look after
+ * the lock; Operation.swift, addDependencyEdge; OperationLifecycle.swift, F1-F3).
  *
  * A plain operation B, made by the program, goes into a suspended queue and gets a
- * dependency on A, in either order, while A finishes and another thread resumes the
- * queue, each at any moment:
+ * dependency on A, in either order, and then, or not, a second dependency, on C, while
+ * A and C finish and another thread resumes the queue, each at any moment:
  *   the add: the claim (the queue's word set); readiness read before the lock (A2);
  *     under the queue's lock, linked, and if it was ready and not signalled, signalled
  *     and pushed on the ready list, then `takeStartable`; after the lock, if it was not
  *     signalled there and still is not, `evaluateReadiness` (A4);
- *   the edge (`addDependencyEdge`): counted under B's lock (R1), then `hadDependencies`,
- *     then `evaluateReadiness` for B; then `needsFinishLock` on A, and under A's lock,
- *     registered unless A's finish has begun, in which case B counts it down itself;
- *   A's finish: `finishHandled`; if `needsFinishLock`, under A's lock, B counted down
- *     under its own lock if registered (F2); then, if that was B's last, B's
- *     `evaluateReadiness` (F3);
+ *   an edge (`addDependencyEdge`): counted under B's lock (R1), then `hadDependencies`,
+ *     then `evaluateReadiness` for B; then `needsFinishLock` on the dependency, and
+ *     under its lock, registered unless its finish has begun, in which case B counts it
+ *     down itself, and signals itself (`signalReady`) if that was its last;
+ *   a dependency's finish: `finishHandled`; if `needsFinishLock`, under its lock, B
+ *     counted down under its own lock if registered (F2); then, if that was B's last,
+ *     B's `signalReady` (F3, R8): unless signalled, the queue's `operationBecameReady`,
+ *     with no look at the count;
  *   `evaluateReadiness`: the signal read first; with the queue named by the word, the
  *     readiness (B's count, under B's lock) against it: ready and not signalled, the
  *     queue's `operationBecameReady` (under its lock: linked and not yet signalled, or
@@ -26,12 +29,15 @@
  *     list, or nothing; then taken off and unsignalled), and if B turned ready again
  *     meanwhile, `operationBecameReady` (R4);
  *   the resume: under the queue's lock, not suspended, then `takeStartable`.
- * `takeStartable` starts B off the ready list unless the queue is suspended.
+ * `takeStartable` takes B off the ready list unless the queue is suspended, and then,
+ * under B's lock, starts it, or, if its count is not zero, passes it over unsignalled
+ * (`isPassedOver`, R7).
  *
- * What is checked: B starts at most once; only after A's finish has begun if it starts
- * after `addDependency` has returned, or was added after it, or was taken back (R1, R3,
- * R4; a start that races the edge's addition may come first, as in Foundation); and when
- * nothing can move, it has started (no readiness lost).
+ * What is checked: B starts at most once; never with a counted dependency unfinished;
+ * only after A's finish has begun if it starts after `addDependency` has returned, or
+ * was added after it, or was taken back (R1, R3, R4, R8; a start that races an edge's
+ * addition may come first, as in Foundation); and when nothing can move, it has
+ * started (no readiness lost).
  *
  * Mutants (scripts/model-check.sh makes sure each fails):
  *   -DMUTANT_COUNT_AFTER_REGISTER  the edge is counted after it is registered with A,
@@ -41,8 +47,10 @@
  *   -DMUTANT_SIGNAL_TWICE          `operationBecameReady` does not check the signal.
  *   -DMUTANT_KEEP_SIGNAL           `operationBecameUnready` takes B back but leaves it
  *                                  signalled.
+ *   -DMUTANT_NO_TAKE_CHECK         the take starts B without looking at its count.
+ *   -DMUTANT_PASS_OVER_SIGNALLED   the take passes B over but leaves it signalled.
  */
-bit qlock = 0, block = 0, alock = 0;
+bit qlock = 0, block = 0, alock = 0, clock = 0;
 byte unfinished = 0;   /* B's count of unfinished dependencies */
 bit hadDeps = 0;       /* B's hadDependencies */
 bit claimed = 0;       /* B's queueSync.word names the queue */
@@ -54,6 +62,9 @@ bit suspended = 1;
 bit aHandled = 0;      /* A's finishHandled */
 bit aNeedsLock = 0;    /* A's needsFinishLock */
 bit registered = 0;    /* B in A's dependents */
+bit cHandled = 0;      /* C's finishHandled */
+bit cNeedsLock = 0;    /* C's needsFinishLock */
+bit cRegistered = 0;   /* B in C's dependents */
 bit edgeFirst = 0;     /* ghost: the program added the edge, then B */
 bit takenBack = 0;     /* ghost: the queue took B back */
 bit edgeDone = 0;      /* ghost: addDependency has returned */
@@ -66,9 +77,30 @@ inline takeStartable() {
     if
     :: !suspended && inReady ->
        inReady = 0;
-       assert(!started);                             /* once */
-       assert(!(edgeFirst || takenBack || edgeDone) || aHandled);  /* not before A */
-       started = 1
+#ifdef MUTANT_NO_TAKE_CHECK
+       if
+       :: true ->
+#else
+       lock(block);                                  /* isPassedOver, R7 */
+       if
+       :: unfinished > 0 ->
+#ifndef MUTANT_PASS_OVER_SIGNALLED
+          signalled = 0
+#else
+          skip
+#endif
+       :: else ->
+#endif
+          assert(!started);                          /* once */
+          assert(unfinished == 0);                   /* no counted dependency unfinished */
+          assert(!(edgeFirst || takenBack || edgeDone) || aHandled);  /* not before A */
+          started = 1
+       fi;
+#ifndef MUTANT_NO_TAKE_CHECK
+       unlock(block)
+#else
+       skip
+#endif
     :: else -> skip
     fi
 }
@@ -153,6 +185,15 @@ inline add() {
 #endif
 }
 
+/* R8: a plain operation whose count reached zero. The caller's local: sl. */
+inline signalReady() {
+    sl = signalled;
+    if
+    :: !sl && claimed -> becameReady()
+    :: else -> skip
+    fi
+}
+
 inline addEdge() {
 #ifndef MUTANT_COUNT_AFTER_REGISTER
     lock(block); unfinished++; unlock(block);                     /* R1 */
@@ -174,7 +215,7 @@ inline addEdge() {
     :: !reg ->                                                    /* dependencyFinished */
        lock(block); unfinished--; rdy = (unfinished == 0); unlock(block);
        if
-       :: rdy -> evaluateReadiness()
+       :: rdy -> signalReady()
        :: else -> skip
        fi
     :: else -> skip
@@ -182,11 +223,40 @@ inline addEdge() {
     edgeDone = 1
 }
 
+/* The second edge, on C, as `addEdge`. */
+inline addEdgeC() {
+    lock(block); unfinished++; unlock(block);
+    hadDeps = 1;
+    evaluateReadiness();
+    cNeedsLock = 1;
+    lock(clock);
+    reg = !cHandled;
+    if
+    :: reg -> cRegistered = 1
+    :: else -> skip
+    fi;
+    unlock(clock);
+    if
+    :: !reg ->
+       lock(block); unfinished--; rdy = (unfinished == 0); unlock(block);
+       if
+       :: rdy -> signalReady()
+       :: else -> skip
+       fi
+    :: else -> skip
+    fi
+}
+
 proctype Program() {
     bit sl, rdy, back, ready0, becomes, reg;
     if
     :: edgeFirst = 1; addEdge(); add()
     :: add(); addEdge()
+    fi;
+    /* Or no second edge, whose finish would signal again what the first lost. */
+    if
+    :: addEdgeC()
+    :: skip
     fi
 }
 
@@ -205,7 +275,27 @@ proctype FinishA() {
     :: else -> skip
     fi;
     if
-    :: told -> evaluateReadiness()                   /* F3 */
+    :: told -> signalReady()                         /* F3, R8 */
+    :: else -> skip
+    fi
+}
+
+proctype FinishC() {
+    bit sl, told = 0;
+    cHandled = 1;
+    if
+    :: cNeedsLock ->
+       lock(clock);
+       if
+       :: cRegistered ->
+          lock(block); unfinished--; told = (unfinished == 0); unlock(block)
+       :: else -> skip
+       fi;
+       unlock(clock)
+    :: else -> skip
+    fi;
+    if
+    :: told -> signalReady()
     :: else -> skip
     fi
 }
@@ -218,7 +308,7 @@ proctype Resume() {
 }
 
 init {
-    atomic { run Program(); run FinishA(); run Resume() }
+    atomic { run Program(); run FinishA(); run FinishC(); run Resume() }
 }
 
 /* No readiness lost: when nothing can move, B has started. */

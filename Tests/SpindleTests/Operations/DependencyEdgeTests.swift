@@ -329,4 +329,46 @@ final class DependencyEdgeTests: XCTestCase {
         q.waitUntilAllOperationsAreFinished()
         XCTAssertEqual(ran.load(ordering: .relaxed), n)
     }
+
+    /// A plain operation whose last dependency finishes is signalled ready without its
+    /// readiness being read again (Readiness.swift, R8). A dependency added between the
+    /// count-down and the signal is found when the queue takes the operation: it is
+    /// passed over, unsignalled, and runs once that dependency has finished. Both ways a
+    /// queue takes a signalled operation: at once, at the default width, and off its
+    /// ready line, on a serial queue.
+    func testADependencyAddedBetweenTheLastCountDownAndTheSignalHoldsTheOperation() {
+        for width in [OperationQueue.defaultMaxConcurrentOperationCount, 1] {
+            let q = OperationQueue()
+            q.maxConcurrentOperationCount = width
+            let first = BlockOperation {}, second = BlockOperation {}
+            let ranAfterSecond = Atomic<Int>(0)
+            let op = BlockOperation {
+                ranAfterSecond.store(second.isFinished ? 1 : 2, ordering: .relaxed)
+            }
+            op.addDependency(first)
+            q.addOperation(op)
+            let key = Dependents.key(op)
+            let added = Atomic<Bool>(false)
+            let box = UncheckedBox(op), secondBox = UncheckedBox(second)
+            OperationSeams.install { point, reached in
+                // On the first dependency's thread, after the count-down, before the
+                // signal.
+                guard point == .signallingReady, reached == key,
+                      !added.exchange(true, ordering: .relaxed) else { return }
+                box.value.addDependency(secondBox.value)
+            }
+            first.start()
+            OperationSeams.remove()
+            XCTAssertTrue(added.load(ordering: .relaxed), "width \(width): the finish did not signal the operation")
+            // The signal, and the queue's take, came before `start()` returned.
+            XCTAssertFalse(op.queueRun.contains(.started), "width \(width): started with a dependency unfinished")
+            XCTAssertFalse(op.queueSync.readySignalled.load(ordering: .acquiring),
+                           "width \(width): passed over, but left signalled: the next finish would not signal it")
+            XCTAssertFalse(op.isReady, "width \(width)")
+            second.start()
+            q.waitUntilAllOperationsAreFinished()
+            XCTAssertEqual(ranAfterSecond.load(ordering: .relaxed), 1,
+                           "width \(width): 0: never ran; 2: ran before its second dependency finished")
+        }
+    }
 }

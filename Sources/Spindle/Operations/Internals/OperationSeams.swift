@@ -20,7 +20,7 @@ enum OperationSeams {
         /// An operation's finish is about to take its own lock for F2 (`finishProtocol`).
         case finishLock
         /// An operation found ready, in a queue and not finishing, is about to tell its
-        /// queue (`evaluateReadiness`).
+        /// queue (`evaluateReadiness`, `signalReady`).
         case signallingReady
     }
 

@@ -22,10 +22,14 @@ import Synchronization
 //     Foundation's queue, which asks `isReady` and nothing else: one that leaves out
 //     `super.isReady` starts with its dependencies unfinished. Only a plain operation
 //     is held back by its count of unfinished dependencies when the queue takes it.
+// R8. A plain operation whose count reaches zero is signalled without its readiness
+//     read again (`signalReady`): a dependency added between the count and the signal
+//     is found by R7's check, when the queue takes the operation.
 //
-// Model: Tests/Models/readiness.pml checks R1-R4 for an operation added to a suspended
-// queue and given a dependency, in either order, against the dependency's finish and
-// the queue's resumption: readiness never lost, never taken twice, taken back in time.
+// Model: Tests/Models/readiness.pml checks R1-R4 and R8 for an operation added to a
+// suspended queue and given a dependency, in either order, and then a second one, against
+// both dependencies' finishes and the queue's resumption: readiness never lost, never
+// taken twice, taken back in time, never started with a dependency unfinished.
 
 extension Operation {
     /// One of our dependencies was removed, or had finished when it was added.
@@ -38,18 +42,40 @@ extension Operation {
     }
 
     /// Our last unfinished dependency is gone. Observers hear `.ready` first: the
-    /// evaluation may start the operation on another thread, and they hear
-    /// `.executing` after it. A plain `Operation` or `BlockOperation` overrides none of
-    /// the notification methods, so it gets their effect directly, as in `start()`:
-    /// two dynamic calls and a string switch fewer per link of a chain. A subclass,
-    /// which may observe the notifications, gets the calls.
+    /// signal may start the operation on another thread, and they hear `.executing`
+    /// after it. A plain `Operation` or `BlockOperation` overrides none of the
+    /// notification methods, so it gets their effect directly, as in `start()`: two
+    /// dynamic calls and a string switch fewer per link of a chain. A subclass, which
+    /// may observe the notifications, gets the calls.
     func dependenciesSatisfied() {
         notify(.ready)
         if isPlainClass {
-            evaluateReadiness()
+            signalReady()
         } else {
             willChangeValue(forKey: "isReady")
             didChangeValue(forKey: "isReady") // evaluates readiness for the queue
+        }
+    }
+
+    /// A plain operation whose count of unfinished dependencies has just reached zero
+    /// tells its queue it is ready without asking `isReady` again (R8): a plain
+    /// operation is ready when its count is zero or it is cancelled, so the count just
+    /// read is the answer, unless a dependency is added meanwhile. The queue finds that
+    /// one when it takes the operation (`State.isPassedOver`, under the operation's
+    /// lock), hands it back unsignalled, and that dependency's finish signals it again.
+    /// Already signalled: nothing to tell (a dependency added meanwhile took it back or
+    /// leaves it to the take).
+    func signalReady() {
+        if queueSync.readySignalled.load(ordering: .acquiring) { return }
+        // In no queue: its add reads the count (A2, A4). Reading 0 here is what a pin
+        // taken now would read (Q2), without the pin's two RMWs.
+        if queueSync.word.load(ordering: .sequentiallyConsistent) == 0 { return }
+        withPinnedQueue { queue in
+            guard !finishHandled.load(ordering: .acquiring) else { return }
+            #if DEBUG
+            unsafe OperationSeams.reach(.signallingReady, Dependents.key(self))
+            #endif
+            queue.operationBecameReady(self)
         }
     }
 
@@ -64,6 +90,10 @@ extension Operation {
     func evaluateReadiness() {
         let signalled = queueSync.readySignalled.load(ordering: .acquiring)
         if signalled && !hasOwnReadiness { return }
+        // In no queue (a graph built before it is added): its add reads its readiness
+        // after linking it (A4), and reading 0 here is what a pin taken now would read
+        // (Q2), without the pin's two RMWs.
+        if queueSync.word.load(ordering: .sequentiallyConsistent) == 0 { return }
         withPinnedQueue { queue in
             guard !finishHandled.load(ordering: .acquiring) else { return }
             // The dynamic `isReady` is read outside our lock: overrides call `super`.
