@@ -3,7 +3,8 @@
 # with Spin: every interleaving of the model's processes, no assertion may fail. Each
 # model also names mutants (`-DMUTANT...` in its header comment), deliberate breaks of
 # the protocol; for each, Spin must find a failing interleaving, so that a model that
-# checks nothing does not pass.
+# checks nothing does not pass. A model may name variants (`-DVARIANT...`), other
+# configurations of its protocol, which must pass as the model does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -39,6 +40,10 @@ check() { # model, defines, expect (ok|fails)
 for model in Tests/Models/*.pml; do
   abs="$(pwd)/$model"
   check "$abs" "" ok
+  # Variants (`-DVARIANT...`): other configurations of the protocol, which must pass too.
+  for variant in $(grep -o -- '-DVARIANT[A-Z_]*' "$model" | sort -u); do
+    check "$abs" "$variant" ok
+  done
   for mutant in $(grep -o -- '-DMUTANT[A-Z_]*' "$model" | sort -u); do
     check "$abs" "$mutant" fails
   done

@@ -9,10 +9,10 @@
  * A plain operation B, made by the program, goes into a suspended queue and gets a
  * dependency on A, in either order, and then, or not, a second dependency, on C, while
  * A and C finish and another thread resumes the queue, each at any moment:
- *   the add: the claim (the queue's word set); readiness read before the lock (A2);
- *     under the queue's lock, linked, and if it was ready and not signalled, signalled
- *     and pushed on the ready list, then `takeStartable`; after the lock, if it was not
- *     signalled there and still is not, `evaluateReadiness` (A4);
+ *   the add: the claim (the queue's word set); `hadDependencies` read; under the
+ *     queue's lock, linked, its readiness read if it has had a dependency (its count,
+ *     under B's lock: A2), and if it was ready and not signalled, signalled and pushed
+ *     on the ready list, then `takeStartable`; nothing after the lock (A4);
  *   an edge (`addDependencyEdge`): counted under B's lock (R1), then `hadDependencies`,
  *     then `evaluateReadiness` for B; then `needsFinishLock` on the dependency, and
  *     under its lock, registered unless its finish has begun, in which case B counts it
@@ -21,35 +21,53 @@
  *     counted down under its own lock if registered (F2); then, if that was B's last,
  *     B's `signalReady` (F3, R8): unless signalled, the queue's `operationBecameReady`,
  *     with no look at the count;
+ *   `signalReady`, and the signal of a dependency found finished by its edge: the same;
  *   `evaluateReadiness`: the signal read first; with the queue named by the word, the
- *     readiness (B's count, under B's lock) against it: ready and not signalled, the
- *     queue's `operationBecameReady` (under its lock: linked and not yet signalled, or
- *     nothing; then pushed and `takeStartable`); not ready and signalled, the queue's
- *     `operationBecameUnready` (under its lock: signalled, not started and on the ready
- *     list, or nothing; then taken off and unsignalled), and if B turned ready again
- *     meanwhile, `operationBecameReady` (R4);
- *   the resume: under the queue's lock, not suspended, then `takeStartable`.
+ *     readiness (cancelled, or B's count under B's lock) against it: ready and not
+ *     signalled, the queue's `operationBecameReady` (under its lock: linked and not
+ *     yet signalled, or nothing; then pushed and `takeStartable`); not ready and
+ *     signalled, the queue's `operationBecameUnready` (under its lock: signalled, not
+ *     started and on the ready list, or nothing; then taken off and unsignalled), and
+ *     if B turned ready again meanwhile, `operationBecameReady` (R4);
+ *   the resume: under the queue's lock, not suspended, then `takeStartable`;
+ *   a cancellation, or none: the flag, then `evaluateReadiness` (cancelled, B is ready
+ *     whatever its count: R6).
  * `takeStartable` takes B off the ready list unless the queue is suspended, and then,
- * under B's lock, starts it, or, if its count is not zero, passes it over unsignalled
- * (`isPassedOver`, R7).
+ * under B's lock, starts it, or, if it is not cancelled and its count is not zero,
+ * passes it over unsignalled (`isPassedOver`, R7).
  *
- * What is checked: B starts at most once; never with a counted dependency unfinished;
- * only after A's finish has begun if it starts after `addDependency` has returned, or
- * was added after it, or was taken back (R1, R3, R4, R8; a start that races an edge's
- * addition may come first, as in Foundation); and when nothing can move, it has
- * started (no readiness lost).
+ * What is checked: B starts at most once; unless cancelled, never with a counted
+ * dependency unfinished, and only after A's finish has begun if it starts after
+ * `addDependency` has returned, or was added after it, or was taken back (R1, R3, R4,
+ * R8; a start that races an edge's addition may come first, as in Foundation); and
+ * when nothing can move, it has started (no readiness lost).
+ *
+ * -DVARIANT_SUBCLASS (must pass too): B is of a subclass, whose readiness is its
+ * `isReady` (here its count, as `super.isReady` gives): the add reads it before the
+ * lock (A2) and looks again after the lock if it did not signal there (A4); a
+ * dependency's finish evaluates it (`didChangeValue`, then `evaluateReadiness`); the
+ * take does not look at the count (R7); no second dependency: a subclass's edge that
+ * races the last count-down's signal may come after it, as with Foundation, whose
+ * queue reads `isReady` when it schedules.
  *
  * Mutants (scripts/model-check.sh makes sure each fails):
  *   -DMUTANT_COUNT_AFTER_REGISTER  the edge is counted after it is registered with A,
  *                                  and so after B's readiness was looked at.
- *   -DMUTANT_NO_LOOK_AFTER_LOCK    the add does not look at readiness again after its
- *                                  lock when it did not signal there.
+ *   -DMUTANT_READ_BEFORE_LOCK      the add reads a plain operation's count before its
+ *                                  lock, with no second look after it.
+ *   -DMUTANT_SUBCLASS_NO_LOOK      with VARIANT_SUBCLASS, the add does not look at
+ *                                  readiness again after its lock when it did not
+ *                                  signal there.
  *   -DMUTANT_SIGNAL_TWICE          `operationBecameReady` does not check the signal.
  *   -DMUTANT_KEEP_SIGNAL           `operationBecameUnready` takes B back but leaves it
  *                                  signalled.
  *   -DMUTANT_NO_TAKE_CHECK         the take starts B without looking at its count.
  *   -DMUTANT_PASS_OVER_SIGNALLED   the take passes B over but leaves it signalled.
  */
+#ifdef MUTANT_SUBCLASS_NO_LOOK
+#define VARIANT_SUBCLASS
+#endif
+
 bit qlock = 0, block = 0, alock = 0, clock = 0;
 byte unfinished = 0;   /* B's count of unfinished dependencies */
 bit hadDeps = 0;       /* B's hadDependencies */
@@ -59,6 +77,7 @@ bit signalled = 0;     /* B's queueSync.readySignalled */
 bit inReady = 0;       /* B on the queue's ready list */
 bit started = 0;
 bit suspended = 1;
+bit cancelled = 0;     /* B's cancelledFlag */
 bit aHandled = 0;      /* A's finishHandled */
 bit aNeedsLock = 0;    /* A's needsFinishLock */
 bit registered = 0;    /* B in A's dependents */
@@ -77,13 +96,13 @@ inline takeStartable() {
     if
     :: !suspended && inReady ->
        inReady = 0;
-#ifdef MUTANT_NO_TAKE_CHECK
+#if defined(MUTANT_NO_TAKE_CHECK) || defined(VARIANT_SUBCLASS)
        if
        :: true ->
 #else
        lock(block);                                  /* isPassedOver, R7 */
        if
-       :: unfinished > 0 ->
+       :: unfinished > 0 && !cancelled ->
 #ifndef MUTANT_PASS_OVER_SIGNALLED
           signalled = 0
 #else
@@ -92,11 +111,13 @@ inline takeStartable() {
        :: else ->
 #endif
           assert(!started);                          /* once */
-          assert(unfinished == 0);                   /* no counted dependency unfinished */
-          assert(!(edgeFirst || takenBack || edgeDone) || aHandled);  /* not before A */
+#ifndef VARIANT_SUBCLASS
+          assert(cancelled || unfinished == 0);      /* no counted dependency unfinished */
+#endif
+          assert(cancelled || !(edgeFirst || takenBack || edgeDone) || aHandled);  /* not before A */
           started = 1
        fi;
-#ifndef MUTANT_NO_TAKE_CHECK
+#if !defined(MUTANT_NO_TAKE_CHECK) && !defined(VARIANT_SUBCLASS)
        unlock(block)
 #else
        skip
@@ -145,7 +166,7 @@ inline evaluateReadiness() {
     :: else ->
        if
        :: claimed ->                                 /* withPinnedQueue */
-          lock(block); rdy = (unfinished == 0); unlock(block);
+          lock(block); rdy = cancelled || (unfinished == 0); unlock(block);
           if
           :: rdy == sl -> skip
           :: rdy && !sl -> becameReady()
@@ -153,7 +174,7 @@ inline evaluateReadiness() {
              becameUnready();
              if
              :: back ->
-                lock(block); rdy = (unfinished == 0); unlock(block);
+                lock(block); rdy = cancelled || (unfinished == 0); unlock(block);
                 if
                 :: rdy -> becameReady()
                 :: else -> skip
@@ -168,16 +189,34 @@ inline evaluateReadiness() {
 
 inline add() {
     claimed = 1;
-    lock(block); ready0 = (unfinished == 0); unlock(block);      /* A2 */
+#ifdef VARIANT_SUBCLASS
+    lock(block); ready0 = (unfinished == 0); unlock(block);      /* A2: count, then isReady */
+#else
+    hd = hadDeps;
+#ifdef MUTANT_READ_BEFORE_LOCK
+    ready0 = 1;
+    if
+    :: hd -> lock(block); ready0 = (unfinished == 0); unlock(block); ready0 = ready0 || cancelled
+    :: else -> skip
+    fi;
+#endif
+#endif
     lock(qlock);                                                  /* A3 */
     linked = 1;
+#if !defined(VARIANT_SUBCLASS) && !defined(MUTANT_READ_BEFORE_LOCK)
+    ready0 = 1;
+    if
+    :: hd -> lock(block); ready0 = (unfinished == 0); unlock(block); ready0 = ready0 || cancelled  /* A2 */
+    :: else -> skip
+    fi;
+#endif
     becomes = ready0 && !signalled;
     if
     :: becomes -> signalled = 1; inReady = 1; takeStartable()
     :: else -> skip
     fi;
     unlock(qlock);
-#ifndef MUTANT_NO_LOOK_AFTER_LOCK
+#if defined(VARIANT_SUBCLASS) && !defined(MUTANT_SUBCLASS_NO_LOOK)
     if
     :: !becomes && !signalled -> evaluateReadiness()             /* A4 */
     :: else -> skip
@@ -185,13 +224,18 @@ inline add() {
 #endif
 }
 
-/* R8: a plain operation whose count reached zero. The caller's local: sl. */
+/* R8: a plain operation whose count reached zero. The caller's locals: sl (and rdy,
+ * back for a subclass, which evaluates its readiness instead). */
 inline signalReady() {
+#ifdef VARIANT_SUBCLASS
+    evaluateReadiness()
+#else
     sl = signalled;
     if
     :: !sl && claimed -> becameReady()
     :: else -> skip
     fi
+#endif
 }
 
 inline addEdge() {
@@ -248,16 +292,18 @@ inline addEdgeC() {
 }
 
 proctype Program() {
-    bit sl, rdy, back, ready0, becomes, reg;
+    bit sl, rdy, back, ready0, becomes, reg, hd;
     if
     :: edgeFirst = 1; addEdge(); add()
     :: add(); addEdge()
     fi;
+#ifndef VARIANT_SUBCLASS
     /* Or no second edge, whose finish would signal again what the first lost. */
     if
     :: addEdgeC()
     :: skip
     fi
+#endif
 }
 
 proctype FinishA() {
@@ -281,7 +327,7 @@ proctype FinishA() {
 }
 
 proctype FinishC() {
-    bit sl, told = 0;
+    bit sl, rdy, back, told = 0;
     cHandled = 1;
     if
     :: cNeedsLock ->
@@ -300,6 +346,13 @@ proctype FinishC() {
     fi
 }
 
+/* `cancel()`: the flag, then `evaluateReadiness`. */
+proctype Cancel() {
+    bit sl, rdy, back;
+    cancelled = 1;
+    evaluateReadiness()
+}
+
 proctype Resume() {
     lock(qlock);
     suspended = 0;
@@ -308,7 +361,13 @@ proctype Resume() {
 }
 
 init {
-    atomic { run Program(); run FinishA(); run FinishC(); run Resume() }
+    atomic {
+        run Program(); run FinishA(); run FinishC(); run Resume();
+        if
+        :: run Cancel()
+        :: skip
+        fi
+    }
 }
 
 /* No readiness lost: when nothing can move, B has started. */

@@ -226,7 +226,11 @@ open class Operation: @unchecked Sendable {
     /// finished has no effect.
     open func cancel() {
         if isFinished || finishHandled.load(ordering: .acquiring) { return }
-        if cancelledFlag.exchange(true, ordering: .acquiringAndReleasing) { return }
+        // seq_cst: the cancel's side of its pair with an add (QueueMembership.swift, A2):
+        // this flag, then evaluateReadiness's load of the queue word; the add's claim,
+        // then its load of this flag under the queue's lock. Either the evaluation finds
+        // the queue, or the add finds the flag.
+        if cancelledFlag.exchange(true, ordering: .sequentiallyConsistent) { return }
         willChangeValue(forKey: "isCancelled")
         didChangeValue(forKey: "isCancelled")
         notify(.cancelled)

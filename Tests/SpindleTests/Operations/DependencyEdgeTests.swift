@@ -154,7 +154,7 @@ final class DependencyEdgeTests: XCTestCase {
             case .finishLock:
                 events.locked { $0.append(.finishLock) }
                 progress.signal()
-            case .countingDown, .signallingReady:
+            case .countingDown, .signallingReady, .registering:
                 break
             }
         }
@@ -369,6 +369,39 @@ final class DependencyEdgeTests: XCTestCase {
             q.waitUntilAllOperationsAreFinished()
             XCTAssertEqual(ranAfterSecond.load(ordering: .relaxed), 1,
                            "width \(width): 0: never ran; 2: ran before its second dependency finished")
+        }
+    }
+
+    /// The last dependency of a plain operation finishes while the operation is being
+    /// added: after the add's claim, before the queue has linked it. The count-down's
+    /// signal finds it not yet linked and is dropped; the add, which reads the count
+    /// under the queue's lock (QueueMembership.swift, A2), finds it zero and starts it.
+    /// Both ways a queue starts an operation found ready when it is added.
+    func testALastDependencyFinishingWhileTheOperationIsAddedLosesNoReadiness() {
+        for width in [OperationQueue.defaultMaxConcurrentOperationCount, 1] {
+            let q = OperationQueue()
+            q.maxConcurrentOperationCount = width
+            let dependency = BlockOperation {}
+            let ran = DispatchSemaphore(value: 0)
+            let op = BlockOperation { ran.signal() }
+            op.addDependency(dependency)
+            let key = Dependents.key(op)
+            let finished = Atomic<Bool>(false)
+            let box = UncheckedBox(dependency)
+            OperationSeams.install { point, reached in
+                guard point == .registering, reached == key,
+                      !finished.exchange(true, ordering: .relaxed) else { return }
+                box.value.start()
+            }
+            q.addOperation(op)
+            OperationSeams.remove()
+            XCTAssertTrue(finished.load(ordering: .relaxed) && dependency.isFinished,
+                          "width \(width): the dependency did not finish inside the add")
+            if ran.wait(timeout: .now() + 60) != .success {
+                XCTFail("width \(width): the operation never started: its readiness was lost")
+                op.cancel() // ready whatever its count: the queue can drain
+            }
+            q.waitUntilAllOperationsAreFinished()
         }
     }
 }

@@ -22,6 +22,9 @@ enum OperationSeams {
         /// An operation found ready, in a queue and not finishing, is about to tell its
         /// queue (`evaluateReadiness`, `signalReady`).
         case signallingReady
+        /// An add has claimed an operation the program made and is about to take the
+        /// queue's lock to register it (`enqueue`, between A2 and A3).
+        case registering
     }
 
     private static let hook = Mutex<(@Sendable (Point, UInt) -> Void)?>(nil)

@@ -10,13 +10,17 @@ import Synchronization
 // A1. The claim: one CAS on the operation's `QueueSync.word`, after refusing, with a
 //     trap naming the misuse, an operation that is finished, executing or already in a
 //     queue. The claim is the last thing checked, so a refused operation is untouched.
-// A2. Readiness is read before the lock (a custom `isReady` is user code).
+// A2. Readiness is read before the lock when it is user code: a subclass's `isReady`.
+//     A plain operation's is its count of unfinished dependencies (or its
+//     cancellation), read in A3, under the queue's lock, when it has had a dependency.
 // A3. Under the lock, once: link it into the list (QueueRegistry.swift), count it in
 //     (below), and either start it at once (direct mode: D1) or put it
 //     behind a pending barrier, on its ready list, or nowhere until it is ready.
-// A4. After the lock: start what may start, or, if it was not found ready, evaluate
-//     its readiness again — a readiness change between A2 and A3 was held back until
-//     `QueueFields.linked` let it through.
+// A4. After the lock: start what may start, or, for a subclass not found ready,
+//     evaluate its readiness again — a readiness change between A2 and A3 was held
+//     back until `QueueFields.linked` let it through. A plain operation needs no second
+//     look: a count-down or a cancellation that A3 did not see signals it after A3, as
+//     its signal waits for the queue's lock and then finds it linked.
 // A5. Its class is promoted onto what it waits for (Promotion.swift, P3).
 
 extension OperationQueue {
@@ -42,31 +46,39 @@ extension OperationQueue {
         if let problem {
             fatalError("OperationQueue.addOperation: \(op.describe()) \(problem); an operation can be added to one queue, once, before it starts")
         }
-        // An operation that never had a dependency has none now; only others need the
-        // lock to read their count.
-        let noDependencies = !op.hadDependencies.load(ordering: .acquiring) || op.guarded.locked { $0.unfinished == 0 }
-        // A plain operation's readiness is "no dependencies" (it overrides nothing);
-        // other classes may override `isReady`, so ask them.
+        // A2. An operation that never had a dependency has none now. A plain one is then
+        // ready (it overrides nothing); with dependencies, A3 reads its count. Other
+        // classes may override `isReady`, so ask them, after their count, here.
         // (Cancellation makes the base `isReady` true; a custom condition still holds.)
-        let readyNow = noDependencies && (op.isPlainClass || op.isReady)
+        let hadDependencies = op.hadDependencies.load(ordering: .acquiring)
+        let plain = op.isPlainClass
+        let subclassWaits = hadDependencies && !plain && op.guarded.locked { $0.unfinished > 0 }
+        let readyNow = !subclassWaits && (plain || op.isReady)
+        #if DEBUG
+        unsafe OperationSeams.reach(.registering, Dependents.key(op))
+        #endif
         // safety: the queue list's one reference, released when the list unlinks it
         // (QueueRegistry).
-        let narrow = unsafe register(Unmanaged.passRetained(op), op, readyNow: readyNow, fresh: false, isBarrier: isBarrier)
+        let (narrow, plainWaits) = unsafe register(Unmanaged.passRetained(op), op, readyNow: readyNow,
+                                                   readsCount: plain && hadDependencies, fresh: false, isBarrier: isBarrier)
         // A5. Its class reaches what it waits for (Promotion.swift, P3). Not a barrier's:
         // the queue's own, which no class waits on until an operation is added behind it.
         // The flag and the floor after the claim, seq_cst: the add's side of its pairs
         // with a class set meanwhile and with a promotion's walk.
         if (!isBarrier || op.promotedRank.load(ordering: .sequentiallyConsistent) != 0)
-            && (!noDependencies || op.hasOwnPriority.load(ordering: .sequentiallyConsistent)
+            && (subclassWaits || plainWaits || op.hasOwnPriority.load(ordering: .sequentiallyConsistent)
                 || op.promotedRank.load(ordering: .sequentiallyConsistent) != 0) {
             promoteOnAdd(op, narrow: narrow)
         }
     }
 
     /// Registers a claimed operation and starts it if it may start. `u` is a reference
-    /// the queue's list takes over. `fresh`: `op` was made by the caller, which keeps no
-    /// reference of its own. Returns whether the queue limited its width when `op` was
-    /// linked (A5 then promotes what is ahead of it; a queue made narrow later does).
+    /// the queue's list takes over. `readsCount`: `op` is plain and has had a
+    /// dependency, and its readiness is read under the lock (A2), not taken from
+    /// `readyNow`. `fresh`: `op` was made by the caller, which keeps no reference of its
+    /// own. Returns whether the queue limited its width when `op` was linked (A5 then
+    /// promotes what is ahead of it; a queue made narrow later does), and, with
+    /// `readsCount`, whether its count was not zero then.
     ///
     /// The common case — no dependencies, ready — takes the queue lock once: register,
     /// and either start it directly (direct mode, nothing waiting ahead of it) or push
@@ -79,8 +91,8 @@ extension OperationQueue {
     /// touches that memory, adding costs the same with the lock as without it.
     @inline(__always)
     @discardableResult
-    func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
-                  fresh: Bool, isBarrier: Bool) -> Bool {
+    func register(_ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool, readsCount: Bool = false,
+                  fresh: Bool, isBarrier: Bool) -> (narrow: Bool, waits: Bool) {
         // An operation the caller holds keeps the queue alive for as long as it lives
         // (LT3); one made here needs only the queue's own reference.
         // The count goes up under the lock, before the operation can start, so before
@@ -90,7 +102,7 @@ extension OperationQueue {
             op.setQueueRun([.held, .addedByCaller])
         }
         let outcome = unsafe state.locked { s in
-            unsafe registerLocked(&s, u, op, readyNow: readyNow, fresh: fresh, isBarrier: isBarrier)
+            unsafe registerLocked(&s, u, op, readyNow: readyNow, readsCount: readsCount, fresh: fresh, isBarrier: isBarrier)
         }
         unsafe OperationQueue.release(outcome.released)
         if unsafe outcome.armedWatch { scheduleWatch(afterMilliseconds: OperationQueue.watchMinDelay) }
@@ -99,20 +111,19 @@ extension OperationQueue {
         if let config = unsafe outcome.config {
             if unsafe outcome.direct { dispatch(op, config) } else { unsafe dispatch(outcome.start, config) }
         } else if unsafe !outcome.signalled {
-            // Not found ready when registered (or behind a barrier): its readiness may
-            // have changed before `queueFields.linked` let its notification through.
+            // A4. A subclass not found ready when registered (or behind a barrier): its
+            // readiness may have changed before `queueFields.linked` let its
+            // notification through. A plain operation needs no second look (A4, at the
+            // top of this file); behind a barrier, the edge just made looks at it.
             // (A separate test, not `&&`: `op` may have been freed when it was
             // signalled, and an unoptimised build retains what `&&`'s autoclosure
             // captures before it evaluates the left side.)
-            // A plain operation that is not ready needs nothing more (evaluateReadiness
-            // would do nothing): the add of each link of a chain built before it is
-            // added.
-            if !op.queueSync.readySignalled.load(ordering: .acquiring) && (!op.isPlainClass || op.isReady) {
+            if !op.isPlainClass && !op.queueSync.readySignalled.load(ordering: .acquiring) {
                 op.evaluateReadiness()
             }
         }
         if unsafe fresh && !outcome.signalled { unsafe u.release() }
-        return unsafe outcome.narrow
+        return unsafe (outcome.narrow, outcome.waits)
     }
 
     /// What `register` does under the queue's lock, returned rather than written to
@@ -152,14 +163,37 @@ extension OperationQueue {
             get { unsafe flags & 8 != 0 }
             set { unsafe flags = unsafe newValue ? flags | 8 : flags & ~8 }
         }
+        /// A plain operation's count, read under the lock (A2), was not zero.
+        var waits: Bool {
+            get { unsafe flags & 16 != 0 }
+            set { unsafe flags = unsafe newValue ? flags | 16 : flags & ~16 }
+        }
     }
+
+    /// Whether a plain operation has unfinished dependencies, under its lock. Out of
+    /// line: only operations with dependencies take this path.
+    @inline(never)
+    static func countsUnfinished(_ op: Operation) -> Bool { op.guarded.locked { $0.unfinished > 0 } }
 
     /// `register`'s locked section (A3).
     @inline(__always)
     private func registerLocked(_ s: inout State, _ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
-                                fresh: Bool, isBarrier: Bool) -> RegisterOutcome {
+                                readsCount: Bool, fresh: Bool, isBarrier: Bool) -> RegisterOutcome {
         var out = unsafe RegisterOutcome()
         unsafe s.link(u, op)
+        var readyNow = readyNow
+        if readsCount {
+            // A2 for a plain operation that has had a dependency, here where a signal of
+            // its readiness (a count-down's, R8, or a cancellation's) waits for the lock
+            // and then finds it linked: no change can fall between this read and
+            // `linked`. The lock order is the queue's, then the operation's, as in the
+            // take's check (State.isWaitingAgain). seq_cst: the add's side of its pair
+            // with `cancel()` (its flag, then evaluateReadiness's load of the queue word;
+            // the claim, then this load).
+            let waits = Self.countsUnfinished(op)
+            unsafe out.waits = waits
+            readyNow = !waits || op.cancelledFlag.load(ordering: .sequentiallyConsistent)
+        }
         if !fresh { unsafe out.narrow = unsafe s.maxConcurrent >= 0 }
         // A wait for the whole queue is waiting: the operation rises to its class before
         // it can start, here, where a fresh one is certainly alive; a caller's has its
