@@ -184,12 +184,12 @@ extension Operation {
 
     /// F3-F7, with what F2 handed on.
     @inline(__always)
-    private func finishSteps(_ handOff: borrowing FinishHandOff) {
+    private func finishSteps(_ handOff: consuming FinishHandOff) {
         let queue = unsafe ownerQueue
         let ts = unsafe ThreadState.unmanagedCurrent
         let chained = unsafe joinChain(ts)
         // F3.
-        handOff.ready.forEachInOrder { $0.dependenciesSatisfied() }
+        handOff.ready.takeEachInOrder { $0.dependenciesSatisfied() }
         notify(.finished)
         // F7's place, before F4.
         let completionLast = unsafe placeCompletion(handOff.completion, queue: queue, chained: chained, ts)

@@ -324,13 +324,16 @@ struct OperationList: Sequence {
         return true
     }
 
-    /// Calls `body` on each, in order, without making an iterator: an empty list then
-    /// costs one test, where an iterator's copy of the fields costs retains.
+    /// Calls `body` on each, in order, taking each out of the list first, and leaves the
+    /// list empty. No iterator: an empty list costs one test, where an iterator's copy of
+    /// the fields costs retains. `body` is handed the list's own reference, released
+    /// after it: called on an operation still listed, it would have it retained and
+    /// released around the call.
     @inline(__always)
-    func forEachInOrder(_ body: (Operation) -> Void) {
-        guard let head else { return }
-        body(head)
-        if let rest { for op in rest { body(op) } }
+    mutating func takeEachInOrder(_ body: (Operation) -> Void) {
+        guard let first = head.take() else { return }
+        body(first)
+        if let rest = rest.take() { for op in rest { body(op) } }
     }
 
     struct Iterator: IteratorProtocol {
