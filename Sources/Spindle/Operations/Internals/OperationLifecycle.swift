@@ -151,8 +151,46 @@ extension Operation {
 /// through the lock's generic result in a tuple would be re-abstracted (two
 /// allocations).
 struct FinishHandOff {
-    var ready = OperationList()
+    var ready = ReadyDependents()
     var completion: (@Sendable () -> Void)? = nil
+}
+
+/// The dependents a finish made ready, in the order it counted them down, each retained
+/// once (`countDownOneEdge`) and released once, after it is told (F3). Unmanaged, so
+/// that the hand-off, borrowed, gives each its reference without retaining it again
+/// around the call, and an empty one costs nothing to destroy. The first inline, the
+/// rest in an array allocated only for a second.
+@safe
+struct ReadyDependents {
+    // safety: each element holds the one reference `countDownOneEdge` took, which
+    // `tellEach` releases; nothing else reads them.
+    private var first: Unmanaged<Operation>? = nil
+    private var rest: [Unmanaged<Operation>]? = nil
+
+    init() {}
+
+    mutating func append(_ u: Unmanaged<Operation>) {
+        if unsafe first == nil {
+            unsafe first = u
+        } else if unsafe rest == nil {
+            unsafe rest = unsafe [u]
+        } else {
+            unsafe rest!.append(u) // in place: `!` on a stored optional does not copy
+        }
+    }
+
+    /// F3: tells each that its dependencies are satisfied, in order, and releases it.
+    /// Once: the references are gone after it.
+    func tellEach() {
+        guard let first = unsafe first else { return }
+        unsafe Self.tell(first)
+        if let rest = unsafe rest { for unsafe u in unsafe rest { unsafe Self.tell(u) } }
+    }
+
+    private static func tell(_ u: Unmanaged<Operation>) {
+        unsafe u.withGuaranteedReference { $0.dependenciesSatisfied() }
+        unsafe u.release()
+    }
 }
 
 extension Operation {
@@ -184,12 +222,12 @@ extension Operation {
 
     /// F3-F7, with what F2 handed on.
     @inline(__always)
-    private func finishSteps(_ handOff: consuming FinishHandOff) {
+    private func finishSteps(_ handOff: borrowing FinishHandOff) {
         let queue = unsafe ownerQueue
         let ts = unsafe ThreadState.unmanagedCurrent
         let chained = unsafe joinChain(ts)
         // F3.
-        handOff.ready.takeEachInOrder { $0.dependenciesSatisfied() }
+        handOff.ready.tellEach()
         notify(.finished)
         // F7's place, before F4.
         let completionLast = unsafe placeCompletion(handOff.completion, queue: queue, chained: chained, ts)
@@ -221,7 +259,7 @@ extension Operation {
             // count reached zero runs its deinit a second time — so it is reached
             // only as a guaranteed reference and never captured by a closure (a
             // capture is a retain in unoptimised builds).
-            var ready = OperationList()
+            var ready = ReadyDependents()
             let me = unsafe Dependents.key(self)
             unsafe g.dependents.forEach { dependent in
                 // An operation that depends on itself (legal, if useless) is counted
@@ -242,7 +280,7 @@ extension Operation {
                 unsafe OperationSeams.reach(.countingDown, Dependents.key(dependent))
                 #endif
                 if let nowReady = unsafe dependent.withGuaranteedReference(Operation.countDownOneEdge) {
-                    unsafe ready.append(nowReady.takeRetainedValue())
+                    unsafe ready.append(nowReady)
                 }
             }
             unsafe g.dependents.removeAll()

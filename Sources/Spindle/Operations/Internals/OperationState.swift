@@ -277,10 +277,9 @@ struct DependencyList {
 }
 
 /// Operations in the order they were appended, retained: the first inline, the rest in
-/// an array. It holds the dependents a finishing operation makes ready, and the
-/// dependencies a `DependencyList` hands out. Each link of a chain has one of each, and
-/// then allocates nothing for either, where an array would cost a malloc and a free per
-/// operation.
+/// an array. It holds the dependencies a `DependencyList` hands out. A link of a chain
+/// has one, and then allocates nothing for it, where an array would cost a malloc and a
+/// free per operation.
 struct OperationList: Sequence {
     /// The first operation; nil only when there is none (`rest` is then nil too).
     private(set) var head: Operation?
@@ -322,18 +321,6 @@ struct OperationList: Sequence {
         rest!.remove(at: i)
         if rest!.isEmpty { rest = nil }
         return true
-    }
-
-    /// Calls `body` on each, in order, taking each out of the list first, and leaves the
-    /// list empty. No iterator: an empty list costs one test, where an iterator's copy of
-    /// the fields costs retains. `body` is handed the list's own reference, released
-    /// after it: called on an operation still listed, it would have it retained and
-    /// released around the call.
-    @inline(__always)
-    mutating func takeEachInOrder(_ body: (Operation) -> Void) {
-        guard let first = head.take() else { return }
-        body(first)
-        if let rest = rest.take() { for op in rest { body(op) } }
     }
 
     struct Iterator: IteratorProtocol {
