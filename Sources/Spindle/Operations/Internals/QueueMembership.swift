@@ -170,11 +170,6 @@ extension OperationQueue {
         }
     }
 
-    /// Whether a plain operation has unfinished dependencies, under its lock. Out of
-    /// line: only operations with dependencies take this path.
-    @inline(never)
-    static func countsUnfinished(_ op: Operation) -> Bool { op.guarded.locked { $0.unfinished > 0 } }
-
     /// `register`'s locked section (A3).
     @inline(__always)
     private func registerLocked(_ s: inout State, _ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
@@ -190,7 +185,7 @@ extension OperationQueue {
             // take's check (State.isWaitingAgain). seq_cst: the add's side of its pair
             // with `cancel()` (its flag, then evaluateReadiness's load of the queue word;
             // the claim, then this load).
-            let waits = Self.countsUnfinished(op)
+            let waits = unsafe State.countsUnfinished(op)
             unsafe out.waits = waits
             readyNow = !waits || op.cancelledFlag.load(ordering: .sequentiallyConsistent)
         }

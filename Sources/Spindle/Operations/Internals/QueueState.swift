@@ -139,6 +139,12 @@ extension OperationQueue.State {
         }
     }
 
+    /// Whether a plain operation has unfinished dependencies, under its lock: the
+    /// add's read (QueueMembership.swift, A2), taken under the queue's lock as
+    /// `isWaitingAgain` is. Out of line: only operations with dependencies take it.
+    @inline(never)
+    static func countsUnfinished(_ op: Operation) -> Bool { op.guarded.locked { $0.unfinished > 0 } }
+
     /// The ready line `op` belongs on, decided as it is linked: its queue priority; when
     /// none was assigned and the queue is not serial, its quality of service's
     /// (Foundation's rule: userInteractive as veryHigh, userInitiated high, utility

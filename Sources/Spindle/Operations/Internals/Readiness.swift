@@ -32,6 +32,49 @@ import Synchronization
 // taken twice, taken back in time, never started with a dependency unfinished.
 
 extension Operation {
+    /// What ``addDependency(_:)`` does, also for the queue's own edges (a barrier's),
+    /// which a subclass's override of ``addDependency(_:)`` does not see, as with
+    /// Foundation.
+    final func addDependencyEdge(_ op: Operation) {
+        // Count the edge first, then register with `op`. The other order races: `op`
+        // could finish between the two steps and decrement before we increment, and
+        // nobody would then notice that we became ready. A plain operation, which
+        // overrides none of the notification methods, counts it with the append, under
+        // one lock, and gets the notification's effect directly (as `start()` does).
+        let plain = isPlainClass
+        let added = guarded.locked { g -> Bool in
+            if g.dependencies.contains(identical: op) { return false }
+            g.dependencies.append(op)
+            if plain { g.unfinished += 1 }
+            return true
+        }
+        guard added else { return }
+        // seq_cst: the edge's side of a Dekker pair with a promotion's walk (Promotion.swift,
+        // P2): this flag, then (`knownRank`) the floor; the walk raises the floor, then
+        // reads this flag. Either the walk reads the list, or the edge sees the floor.
+        hadDependencies.store(true, ordering: .sequentiallyConsistent)
+        if plain {
+            evaluateReadiness()
+        } else {
+            willChangeValue(forKey: "isReady")
+            guarded.locked { $0.unfinished += 1 }
+            didChangeValue(forKey: "isReady")
+        }
+        op.needsFinishLock.store(true, ordering: .sequentiallyConsistent)
+        let registered = op.guarded.locked { g -> Bool in
+            if op.finishHandled.load(ordering: .acquiring) { return false }
+            unsafe g.dependents.insert(self) // self too, for `op === self`: see finishProtocol
+            return true
+        }
+        // Already finished: the edge is satisfied at once.
+        if !registered {
+            dependencyFinished()
+        } else if op !== self {
+            // A dependency waited for by a higher class rises to it (Promotion.swift, P3).
+            op.promote(to: knownRank)
+        }
+    }
+
     /// One of our dependencies was removed, or had finished when it was added.
     func dependencyFinished() {
         let nowReady = guarded.locked { g -> Bool in
