@@ -5,6 +5,13 @@ import Synchronization
 // what a wait that skipped the queue leaves it to do.
 
 extension OperationQueue {
+    /// The queue's class, read without its lock (`assignedQoS`): default until one is
+    /// set. What a promotion onto the queue's operations and the watch's tick use.
+    var assignedClass: QualityOfService {
+        let raw = assignedQoS.load(ordering: .relaxed)
+        return raw == Int.min ? .default : QualityOfService(rawValue: raw) ?? .default
+    }
+
     /// The unfinished operations added before `op`, when the queue limits its width (P2):
     /// those are the ones `op` may wait behind. `walkRank`: the class a promotion's walk
     /// raises them to, which skips the queue when nothing in it can be below that class
@@ -40,8 +47,7 @@ extension OperationQueue {
     /// record included.
     /// `narrow`: the queue limited its width when `op` was linked.
     func promoteOnAdd(_ op: Operation, narrow: Bool) {
-        let raw = assignedQoS.load(ordering: .relaxed)
-        let queueQoS = raw == Int.min ? QualityOfService.default : QualityOfService(rawValue: raw) ?? .default
+        let queueQoS = assignedClass
         let rank = ClassRank.of(op.effectiveQoS(queueDefault: queueQoS))
         op.promoteDependencies(to: rank)
         guard narrow else { return }
@@ -95,8 +101,7 @@ extension OperationQueue {
     /// `operations` does, which would make each of them hold its queue.
     func promoteAll(to rank: UInt8) {
         guard rank > 0, unfinishedCount > 0 else { return }
-        let raw = assignedQoS.load(ordering: .relaxed)
-        let queueRank = ClassRank.of(raw == Int.min ? .default : QualityOfService(rawValue: raw) ?? .default)
+        let queueRank = ClassRank.of(assignedClass)
         let below = unsafe state.locked { s -> [Operation] in
             guard unsafe queueRank < rank || s.ownClassAdded else { return [] }
             var out: [Operation] = []

@@ -120,9 +120,7 @@ extension OperationQueue {
             // The tick takes the queue's lock: on a worker of the queue's class, as the
             // queue's other work, so that a lower class never holds it against a higher
             // one. (The class is read without the lock, for the same reason.)
-            let raw = self.assignedQoS.load(ordering: .relaxed)
-            let qos = raw == Int.min ? QualityOfService.default : QualityOfService(rawValue: raw) ?? .default
-            unsafe ChainRunner.submitCompletion({ self.watchTick() }, on: QoSPools.engine(for: qos))
+            unsafe ChainRunner.submitCompletion({ self.watchTick() }, on: QoSPools.engine(for: self.assignedClass))
         }
     }
 
