@@ -190,6 +190,10 @@ struct DependencyList {
     /// The first dependency.
     var head: Operation? { unsafe first?.takeUnretainedValue() }
 
+    /// The dependency when there is exactly one, unretained: for use under the lock of
+    /// the operation that holds the list, which keeps it alive meanwhile.
+    var onlyUnretained: Unmanaged<Operation>? { unsafe count == 1 ? first : nil }
+
     // The usual list, of one dependency or none, is handled inline, the box out of
     // line: a function that may allocate or loop saves registers on every call.
 

@@ -152,25 +152,48 @@ extension Operation {
     /// Promotes this operation and what it waits for to `rank` (P2). `walkQueue`:
     /// false for an operation reached through its queue.
     func promote(to rank: UInt8, walkQueue: Bool = true) {
-        guard rank > 0, promotedRank.load(ordering: .relaxed) < rank else { return }
-        if queueSync.word.load(ordering: .relaxed) == 0 {
-            // An operation in no queue, the usual case of a chain built before it is
-            // added (each add promotes the next link, P3): its floor is all the walk
-            // would raise, and its run is not marked, so this skips the walk's lists.
-            if finishHandled.load(ordering: .acquiring) || !raiseFloor(to: rank) { return }
-            // The walk's A5 pair (raiseFloors): our floor RMW, then this load of its
-            // queue word, both seq_cst. Nothing queued it: its add reads the floor.
-            guard queueSync.word.load(ordering: .sequentiallyConsistent) != 0 else {
-                // Never queued, its run is IDLE; one just finished and dropped by its
-                // queue is not, and is acted on as the walk would.
-                if execWord.load(ordering: .relaxed) != ExecWord.idle { promoteRun(to: rank) }
-                return
-            }
-            // An add claimed it in between: the walk goes on from it.
-            walk(to: rank, walkQueue: walkQueue, selfRaised: true)
-            return
+        finishPromotion(promoteStep(to: rank), to: rank, walkQueue: walkQueue)
+    }
+
+    /// What is left of a promotion after `promoteStep`.
+    enum PromotionRest {
+        case none
+        /// Its run, not idle, is raised (P5-P7).
+        case run
+        /// P2's walk goes on from it, its floor raised.
+        case walkFromRaised
+        /// P2's walk, from the start.
+        case walk
+    }
+
+    /// `promote`'s first step, which takes no lock, so that it may run under one that
+    /// keeps this operation alive (`promoteDependencies`). An operation in no queue is
+    /// the usual case, a chain built before it is added (each add promotes the next
+    /// link, P3): its floor is all the walk would raise, and its run is not marked, so
+    /// the step raises the floor and is done, without the walk's lists.
+    func promoteStep(to rank: UInt8) -> PromotionRest {
+        guard rank > 0, promotedRank.load(ordering: .relaxed) < rank else { return .none }
+        guard queueSync.word.load(ordering: .relaxed) == 0 else { return .walk }
+        if finishHandled.load(ordering: .acquiring) || !raiseFloor(to: rank) { return .none }
+        // The walk's A5 pair (raiseFloors): our floor RMW, then this load of its queue
+        // word, both seq_cst. Nothing queued it: its add reads the floor.
+        guard queueSync.word.load(ordering: .sequentiallyConsistent) != 0 else {
+            // Never queued, its run is IDLE; one just finished and dropped by its queue
+            // is not, and is acted on as the walk would.
+            return execWord.load(ordering: .relaxed) != ExecWord.idle ? .run : .none
         }
-        walk(to: rank, walkQueue: walkQueue, selfRaised: false)
+        // An add claimed it in between: the walk goes on from it.
+        return .walkFromRaised
+    }
+
+    /// The rest of a promotion after `promoteStep`, which may take locks.
+    func finishPromotion(_ rest: PromotionRest, to rank: UInt8, walkQueue: Bool = true) {
+        switch rest {
+        case .none: return
+        case .run: promoteRun(to: rank)
+        case .walkFromRaised: walk(to: rank, walkQueue: walkQueue, selfRaised: true)
+        case .walk: walk(to: rank, walkQueue: walkQueue, selfRaised: false)
+        }
     }
 
     /// P2's walk from this operation, and then its raised runs (P5-P7). Out of line:
@@ -232,14 +255,24 @@ extension Operation {
         let queue = queueSync.word.load(ordering: .acquiring)
         // The floor after the add's claim, seq_cst: the other half of `promote`'s pair.
         let rank = max(known, promotedRank.load(ordering: .sequentiallyConsistent))
-        // The common case, one dependency, without copying the array.
-        let only = guarded.locked { g -> Operation? in g.dependencies.count == 1 ? g.dependencies.head : nil }
         guard rank > 0 else { return }
-        if let d = only {
-            if d.promotedRank.load(ordering: .relaxed) < rank && !d.finishHandled.load(ordering: .acquiring)
-                && !d.sameClassInSameQueue(as: self, queue: queue) {
-                d.promote(to: rank)
+        // The common case, one dependency, decided under our lock, where our list keeps
+        // it alive, so that it is not retained, and without copying the list. Its
+        // promotion's first step takes no lock, and is all there is to it for one in no
+        // queue (a chain's next link); only what is left, which may take locks, takes it
+        // out of our lock, retained.
+        let single = guarded.locked { g -> (pending: Operation?, rest: PromotionRest)? in
+            guard let u = unsafe g.dependencies.onlyUnretained else { return nil }
+            // safety: our list holds it, and cannot let it go while we hold our lock.
+            return unsafe u.withGuaranteedReference { d -> (pending: Operation?, rest: PromotionRest) in
+                guard !d.finishHandled.load(ordering: .acquiring) && !d.sameClassInSameQueue(as: self, queue: queue)
+                else { return (nil, .none) }
+                let rest = d.promoteStep(to: rank)
+                return rest == .none ? (nil, .none) : (d, rest)
             }
+        }
+        if let (pending, rest) = single {
+            pending?.finishPromotion(rest, to: rank)
             return
         }
         for d in guarded.locked({ $0.dependencies.snapshot() }) where !d.finishHandled.load(ordering: .acquiring) {
