@@ -26,10 +26,12 @@ import Synchronization
 //     read again (`signalReady`): a dependency added between the count and the signal
 //     is found by R7's check, when the queue takes the operation.
 //
-// Model: Tests/Models/readiness.pml checks R1-R4 and R8 for an operation added to a
-// suspended queue and given a dependency, in either order, and then a second one, against
-// both dependencies' finishes and the queue's resumption: readiness never lost, never
-// taken twice, taken back in time, never started with a dependency unfinished.
+// Model: Tests/Models/readiness.pml checks R1-R4 and R8, with the add's reads
+// (QueueMembership.swift, A2-A4), for a plain operation added to a suspended queue and
+// given a dependency, in either order, and then a second one, against both
+// dependencies' finishes, a cancellation and the queue's resumption: readiness never
+// lost, never taken twice, taken back in time, never started with a dependency
+// unfinished; and, as a variant, for a subclass's operation.
 
 extension Operation {
     /// What ``addDependency(_:)`` does, also for the queue's own edges (a barrier's),
@@ -110,8 +112,8 @@ extension Operation {
     /// leaves it to the take).
     func signalReady() {
         if queueSync.readySignalled.load(ordering: .acquiring) { return }
-        // In no queue: its add reads the count (A2, A4). Reading 0 here is what a pin
-        // taken now would read (Q2), without the pin's two RMWs.
+        // In no queue: its add reads the count under the queue's lock (A2). Reading 0
+        // here is what a pin taken now would read (Q2), without the pin's two RMWs.
         if queueSync.word.load(ordering: .sequentiallyConsistent) == 0 { return }
         withPinnedQueue { queue in
             guard !finishHandled.load(ordering: .acquiring) else { return }
@@ -134,8 +136,8 @@ extension Operation {
         let signalled = queueSync.readySignalled.load(ordering: .acquiring)
         if signalled && !hasOwnReadiness { return }
         // In no queue (a graph built before it is added): its add reads its readiness
-        // after linking it (A4), and reading 0 here is what a pin taken now would read
-        // (Q2), without the pin's two RMWs.
+        // under the queue's lock or after it (A2, A4), and reading 0 here is what a pin
+        // taken now would read (Q2), without the pin's two RMWs.
         if queueSync.word.load(ordering: .sequentiallyConsistent) == 0 { return }
         withPinnedQueue { queue in
             guard !finishHandled.load(ordering: .acquiring) else { return }
