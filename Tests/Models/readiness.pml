@@ -4,7 +4,7 @@
  * Operations/Internals/Readiness.swift, R1-R4 and R8: evaluateReadiness, signalReady,
  * operationBecameReady, operationBecameUnready; QueueState.swift, the take's
  * `isPassedOver`; QueueMembership.swift, A2-A4: enqueue's register and its look after
- * the lock; Operation.swift, addDependencyEdge; OperationLifecycle.swift, F1-F3).
+ * the lock; Readiness.swift, addDependencyEdge; OperationLifecycle.swift, F1-F3).
  *
  * A plain operation B, made by the program, goes into a suspended queue and gets a
  * dependency on A, in either order, and then, or not, a second dependency, on C, while
@@ -51,8 +51,8 @@
  * queue reads `isReady` when it schedules.
  *
  * Mutants (scripts/model-check.sh makes sure each fails):
- *   -DMUTANT_COUNT_AFTER_REGISTER  the edge is counted after it is registered with A,
- *                                  and so after B's readiness was looked at.
+ *   -DMUTANT_COUNT_AFTER_REGISTER  an edge is counted after it is registered with its
+ *                                  dependency, and so after B's readiness was looked at.
  *   -DMUTANT_READ_BEFORE_LOCK      the add reads a plain operation's count before its
  *                                  lock, with no second look after it.
  *   -DMUTANT_SUBCLASS_NO_LOOK      with VARIANT_SUBCLASS, the add does not look at
@@ -238,20 +238,22 @@ inline signalReady() {
 #endif
 }
 
-inline addEdge() {
+/* An edge from B to a dependency: its lock, its finishHandled, its needsFinishLock and
+ * whether B is in its dependents. */
+inline addEdgeTo(dlock, dHandled, dNeedsLock, dRegistered) {
 #ifndef MUTANT_COUNT_AFTER_REGISTER
     lock(block); unfinished++; unlock(block);                     /* R1 */
 #endif
     hadDeps = 1;
     evaluateReadiness();
-    aNeedsLock = 1;
-    lock(alock);
-    reg = !aHandled;
+    dNeedsLock = 1;
+    lock(dlock);
+    reg = !dHandled;
     if
-    :: reg -> registered = 1
+    :: reg -> dRegistered = 1
     :: else -> skip
     fi;
-    unlock(alock);
+    unlock(dlock);
 #ifdef MUTANT_COUNT_AFTER_REGISTER
     lock(block); unfinished++; unlock(block);
 #endif
@@ -263,32 +265,12 @@ inline addEdge() {
        :: else -> skip
        fi
     :: else -> skip
-    fi;
-    edgeDone = 1
+    fi
 }
 
-/* The second edge, on C, as `addEdge`. */
-inline addEdgeC() {
-    lock(block); unfinished++; unlock(block);
-    hadDeps = 1;
-    evaluateReadiness();
-    cNeedsLock = 1;
-    lock(clock);
-    reg = !cHandled;
-    if
-    :: reg -> cRegistered = 1
-    :: else -> skip
-    fi;
-    unlock(clock);
-    if
-    :: !reg ->
-       lock(block); unfinished--; rdy = (unfinished == 0); unlock(block);
-       if
-       :: rdy -> signalReady()
-       :: else -> skip
-       fi
-    :: else -> skip
-    fi
+inline addEdge() {
+    addEdgeTo(alock, aHandled, aNeedsLock, registered);
+    edgeDone = 1
 }
 
 proctype Program() {
@@ -300,24 +282,25 @@ proctype Program() {
 #ifndef VARIANT_SUBCLASS
     /* Or no second edge, whose finish would signal again what the first lost. */
     if
-    :: addEdgeC()
+    :: addEdgeTo(clock, cHandled, cNeedsLock, cRegistered)
     :: skip
     fi
 #endif
 }
 
-proctype FinishA() {
-    bit sl, rdy, back, told = 0;
-    aHandled = 1;                                    /* F1 */
+/* A dependency's finish: its lock, its finishHandled, its needsFinishLock and whether B
+ * is in its dependents. The caller's locals: sl, rdy, back, told. */
+inline finishDependency(dlock, dHandled, dNeedsLock, dRegistered) {
+    dHandled = 1;                                    /* F1 */
     if
-    :: aNeedsLock ->
-       lock(alock);                                  /* F2 */
+    :: dNeedsLock ->
+       lock(dlock);                                  /* F2 */
        if
-       :: registered ->
+       :: dRegistered ->
           lock(block); unfinished--; told = (unfinished == 0); unlock(block)
        :: else -> skip
        fi;
-       unlock(alock)
+       unlock(dlock)
     :: else -> skip
     fi;
     if
@@ -326,24 +309,14 @@ proctype FinishA() {
     fi
 }
 
+proctype FinishA() {
+    bit sl, rdy, back, told = 0;
+    finishDependency(alock, aHandled, aNeedsLock, registered)
+}
+
 proctype FinishC() {
     bit sl, rdy, back, told = 0;
-    cHandled = 1;
-    if
-    :: cNeedsLock ->
-       lock(clock);
-       if
-       :: cRegistered ->
-          lock(block); unfinished--; told = (unfinished == 0); unlock(block)
-       :: else -> skip
-       fi;
-       unlock(clock)
-    :: else -> skip
-    fi;
-    if
-    :: told -> signalReady()
-    :: else -> skip
-    fi
+    finishDependency(clock, cHandled, cNeedsLock, cRegistered)
 }
 
 /* `cancel()`: the flag, then `evaluateReadiness`. */
