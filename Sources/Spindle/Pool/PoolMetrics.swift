@@ -50,13 +50,9 @@ public final class PoolMetrics: Sendable {
     /// Publishes the process-wide pools' metrics — one set per quality-of-service
     /// class, the class pools created if they were not yet — every `interval`.
     public convenience init(every interval: Duration = .seconds(1)) {
-        let classes: [(QualityOfService, String)] = [
-            (.userInteractive, "userInteractive"), (.userInitiated, "userInitiated"), (.default, "default"),
-            (.utility, "utility"), (.background, "background"),
-        ]
-        self.init(classes.map { qos, label in
+        self.init(QoSPools.classes.map { qos in
             let pool = ThreadPool.forQualityOfService(qos)
-            return (pool, [("pool", pool.name), ("qos", label)])
+            return (pool, [("pool", pool.name), ("qos", QoSPools.label(for: qos))])
         }, every: interval, process: ProcessMetrics())
     }
 

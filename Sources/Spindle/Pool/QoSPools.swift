@@ -111,6 +111,22 @@ enum QoSPools {
         return nil
     }
 
+    /// The class's name as messages, logs and metrics spell it. A switch, not `"\(qos)"`:
+    /// interpolating an enum reflects on its metadata, about a million instructions,
+    /// paid by the first operation of a class on the path that makes its pool.
+    static func label(for qos: QualityOfService) -> String {
+        switch qos {
+        case .userInteractive: return "userInteractive"
+        case .userInitiated: return "userInitiated"
+        case .utility: return "utility"
+        case .background: return "background"
+        default: return "default"
+        }
+    }
+
+    /// The classes from the highest to the lowest.
+    static let classes: [QualityOfService] = [.userInteractive, .userInitiated, .default, .utility, .background]
+
     static func name(for qos: QualityOfService) -> String {
         switch qos {
         case .userInteractive: return "spindle-ui"
@@ -151,20 +167,15 @@ enum QoSPools {
             : "errno \(error)"
         // What each class runs at: its own nice, or, when that is below the process's
         // and the process may not go there, the process's.
-        let classes: [(String, QualityOfService)] = [
-            ("userInteractive", .userInteractive), ("userInitiated", .userInitiated), ("default", .default),
-            ("utility", .utility), ("background", .background),
-        ]
-        let runs = classes.map { label, c in
+        let runs = classes.map { c in
             let wanted = nice(for: c)
-            return "\(label) \(wanted < processNice && error == EACCES ? processNice : wanted)"
+            return "\(label(for: c)) \(wanted < processNice && error == EACCES ? processNice : wanted)"
         }.joined(separator: ", ")
-        let line = "nice \(nice(for: qos)) for \(name(for: qos)) workers (\(qos)) was refused (\(what)); "
+        let line = "nice \(nice(for: qos)) for \(name(for: qos)) workers (\(label(for: qos))) was refused (\(what)); "
             + "the classes run at nice: \(runs)"
-        SpindleLogging.log(level: .warning, "\(line)", metadata: ["spindle.qos": "\(qos)"])
+        SpindleLogging.log(level: .warning, "\(line)", metadata: ["spindle.qos": "\(label(for: qos))"])
     }
 
-    /// The already-created class pool whose engine is `raw`, if any (creates nothing).
     /// A process-wide pool from `config`, with as many of its workers as the system
     /// allows: under a thread limit (RLIMIT_NPROC, a container's pids.max, memory for
     /// stacks) it halves the count until it starts, and says so once. Nil when not even
@@ -287,19 +298,19 @@ enum QoSPools {
             // exists (the default class's, or any other), rather than stop the process.
             let made: ThreadPool
             let defaultKey = Int(ClassRank.of(QualityOfService.default)) + 8 * forkGeneration.load(ordering: .relaxed)
-            if let own = makeProcessWide(c, label: "\(qos)") {
+            if let own = makeProcessWide(c, label: label(for: qos)) {
                 made = own
             } else if !isDefault, let fallback = p[defaultKey] ?? makeDefaultForFallback() {
                 p[defaultKey] = fallback
-                report("the \(qos) class has no threads of its own (the system refused them); its work runs on the default class's workers")
+                report("the \(label(for: qos)) class has no threads of its own (the system refused them); its work runs on the default class's workers")
                 made = fallback
             } else if let any = p.values.first(where: { $0.isProcessWide }) {
-                report("the \(qos) class has no threads of its own (the system refused them); its work runs on another class's workers")
+                report("the \(label(for: qos)) class has no threads of its own (the system refused them); its work runs on another class's workers")
                 made = any
             } else {
                 // Not even the spawner could start (spawn.c, SP1): the process cannot make a
                 // single thread, so no work given to these pools could ever run.
-                fatalError("Spindle could not start a single thread for its process-wide pools (\(qos)): the system refuses "
+                fatalError("Spindle could not start a single thread for its process-wide pools (\(label(for: qos))): the system refuses "
                            + "every new thread; raise the process's thread limit (RLIMIT_NPROC, or the container's pids.max)")
             }
             if isDefault {

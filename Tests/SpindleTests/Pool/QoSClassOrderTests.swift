@@ -10,6 +10,16 @@ import XCTest
 final class QoSClassOrderTests: XCTestCase {
     static let classes: [QualityOfService] = [.userInteractive, .userInitiated, .default, .utility, .background]
 
+    /// Messages, logs and metrics spell a class as Swift prints it, from a table rather
+    /// than by reflection: the table must agree with the printed name, every class once.
+    func testEachClassIsSpelledAsSwiftPrintsIt() {
+        XCTAssertEqual(QoSPools.classes, Self.classes, "the classes from the highest to the lowest")
+        for qos in Self.classes {
+            XCTAssertEqual(QoSPools.label(for: qos), "\(qos)")
+        }
+        XCTAssertEqual(Set(Self.classes.map(QoSPools.label(for:))).count, Self.classes.count)
+    }
+
     /// The table itself, at every process nice: never out of order, the classes above
     /// default strictly above it and each other wherever the range allows, the default
     /// class at the process's own nice wherever that leaves room, and nothing outside

@@ -46,7 +46,7 @@ enum Promotion {
         PromotionCounters.refused.add(1, ordering: .relaxed)
         let what = error == EPERM || error == EACCES
             ? "a lower nice or leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE" : "errno \(error)"
-        QoSPools.report("a running operation promoted to \(qos) could not take that class's priority (\(what)); "
+        QoSPools.report("a running operation promoted to \(QoSPools.label(for: qos)) could not take that class's priority (\(what)); "
             + "it runs at its own class's until it finishes, and promotions of queued work are unaffected")
     }
 }
