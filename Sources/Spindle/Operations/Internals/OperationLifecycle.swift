@@ -228,7 +228,7 @@ extension Operation {
     }
 
     /// F3-F7, with what F2 handed on.
-    @inline(__always)
+    @_transparent
     private func finishSteps(_ handOff: borrowing FinishHandOff) {
         let queue = unsafe ownerQueue
         let ts = unsafe ThreadState.unmanagedCurrent
