@@ -74,6 +74,13 @@ extension OperationQueue.State {
         unsafe linked -= 1
     }
 
+    /// Whether the list may let `op` go: it has finished, its runner is done with it,
+    /// and no ready ring holds it (see `prune`).
+    @inline(__always)
+    static func mayRelease(_ op: Operation) -> Bool {
+        unsafe op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone && !op.queueFields.inRing
+    }
+
     /// Unlinks finished operations, amortised O(1) per operation added, keeping at
     /// most ~2× the unfinished operations (+256) referenced:
     /// - on every call past 64 finished ones, up to two finished operations among
@@ -97,28 +104,29 @@ extension OperationQueue.State {
     /// the workers to free operations instead, glibc would serve every allocation here
     /// from its slow path (a thread cache that only allocates never gets memory back).
     /// The lag also keeps this thread from reading lines the workers still write.
-    /// Whether the list may let `op` go: it has finished, its runner is done with it,
-    /// and no ready ring holds it (see `prune`).
+    ///
+    /// Inlined into the add: a list no longer than its unfinished operations and 64
+    /// (operations added faster than they run, a graph built before it runs) is left
+    /// as it is, without a call. That bound is below the sweep's, so nothing is missed.
     @inline(__always)
-    static func mayRelease(_ op: Operation) -> Bool {
-        unsafe op.queueSync.done.load(ordering: .acquiring) && op.runnerIsDone && !op.queueFields.inRing
+    mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
+        if unsafe linked > unfinished + 64 { unsafe pruneLong(unfinished: unfinished, onto: &released) }
     }
 
-    mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
+    @inline(never)
+    private mutating func pruneLong(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
         var chain = unsafe ReleaseChain()
-        if unsafe linked > unfinished + 64 {
-            var cursor = unsafe head, steps = 0, unlinked = 0
-            while let u = unsafe cursor, steps < 4, unlinked < 2 {
-                unsafe cursor = unsafe u.withGuaranteedReference { op in
-                    let next = unsafe op.queueFields.next
-                    if unsafe Self.mayRelease(op) {
-                        unsafe unlink(op, onto: &chain)
-                        unlinked += 1
-                    }
-                    return unsafe next
+        var cursor = unsafe head, steps = 0, unlinked = 0
+        while let u = unsafe cursor, steps < 4, unlinked < 2 {
+            unsafe cursor = unsafe u.withGuaranteedReference { op in
+                let next = unsafe op.queueFields.next
+                if unsafe Self.mayRelease(op) {
+                    unsafe unlink(op, onto: &chain)
+                    unlinked += 1
                 }
-                steps += 1
+                return unsafe next
             }
+            steps += 1
         }
         if unsafe linked > 2 * unfinished + 256 { unsafe sweep(onto: &chain) }
         unsafe chain.prepend(onto: &released)

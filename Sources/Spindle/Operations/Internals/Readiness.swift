@@ -132,13 +132,22 @@ extension Operation {
     /// back, and waits until it is ready again ("not considered ready to execute until
     /// all of its dependent operations have finished"). Cancellation makes an operation
     /// ready through the base ``isReady``, so a custom condition still holds it.
-    func evaluateReadiness() {
+    ///
+    /// The two tests that usually end it are inlined into the caller; the rest is out of
+    /// line.
+    @inline(__always)
+    final func evaluateReadiness() {
         let signalled = queueSync.readySignalled.load(ordering: .acquiring)
         if signalled && !hasOwnReadiness { return }
         // In no queue (a graph built before it is added): its add reads its readiness
         // under the queue's lock or after it (A2, A4), and reading 0 here is what a pin
         // taken now would read (Q2), without the pin's two RMWs.
         if queueSync.word.load(ordering: .sequentiallyConsistent) == 0 { return }
+        evaluateReadinessInQueue(signalled: signalled)
+    }
+
+    @inline(never)
+    private final func evaluateReadinessInQueue(signalled: Bool) {
         withPinnedQueue { queue in
             guard !finishHandled.load(ordering: .acquiring) else { return }
             // The dynamic `isReady` is read outside our lock: overrides call `super`.
