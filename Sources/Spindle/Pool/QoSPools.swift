@@ -222,6 +222,7 @@ enum QoSPools {
         pools.locked { p in Array(p.values) }
     }
 
+    /// The already-created class pool whose engine is `raw`, if any (creates nothing).
     static func existing(_ raw: OpaquePointer) -> ThreadPool? {
         pools.locked { p in p.values.first { unsafe $0.raw == raw } }
     }
