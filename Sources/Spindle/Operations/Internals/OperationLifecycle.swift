@@ -228,6 +228,10 @@ extension Operation {
     }
 
     /// F3-F7, with what F2 handed on.
+    ///
+    /// Transparent, not `@inline(__always)`: the optimizer then inlines one branch's
+    /// copy and calls the other, which reads the hand-off it is given where the usual
+    /// branch's constant empty one would fold away.
     @_transparent
     private func finishSteps(_ handOff: borrowing FinishHandOff) {
         let queue = unsafe ownerQueue
