@@ -1,8 +1,9 @@
 /*
  * promotion.pml — a promoted operation never waits at a lower class, runs once, and
  * leaves every thread at its own class (Sources/Spindle/Operations/Internals/
- * Promotion.swift, P4-P7: raiseFloor, promoteRun, boostRunningLocked, submitCopy,
- * claimRun, endRun, endBoost; ChainRunner.swift, submit and runChain).
+ * Promotion.swift, P4-P7, and its raiseFloor; PromotionRun.swift, promoteRun,
+ * boostRunningLocked, submitCopy, claimRun, endRun, endBoost; ChainRunner.swift,
+ * submit and runChain).
  *
  * One operation of class 1 (background) and two promoters, to classes 4 and 5, which
  * race its dispatch and its run. Its run is one word, `execWord` (P4): `st` (IDLE,

@@ -73,7 +73,9 @@ extension Operation {
             dependencyFinished()
         } else if op !== self {
             // A dependency waited for by a higher class rises to it (Promotion.swift, P3).
-            op.promote(to: knownRank)
+            // Class 0, unknown yet (in no queue, no class of its own), raises nothing.
+            let rank = knownRank
+            if rank > 0 { op.promote(to: rank) }
         }
     }
 
