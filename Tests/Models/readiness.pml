@@ -1,10 +1,11 @@
 /*
  * readiness.pml — an operation's readiness reaching its queue: never lost, never taken
  * twice, and taken back when a dependency is added before it starts (Sources/Spindle/
- * Operations/Internals/Readiness.swift, R1-R4 and R8: evaluateReadiness, signalReady,
- * operationBecameReady, operationBecameUnready; QueueState.swift, the take's
+ * Operations/Internals/Readiness.swift, R1-R4, R8 and R9: evaluateReadiness,
+ * signalReady, operationBecameReady, operationBecameUnready; QueueState.swift, the take's
  * `isPassedOver`; QueueMembership.swift, A2-A4: enqueue's register and its look after
- * the lock; Readiness.swift, addDependencyEdge; OperationLifecycle.swift, F1-F3).
+ * the lock; Readiness.swift, addDependencyEdge and the barrier's edge;
+ * OperationLifecycle.swift, F1-F3).
  *
  * A plain operation B, made by the program, goes into a suspended queue and gets a
  * dependency on A, in either order, and then, or not, a second dependency, on C, while
@@ -50,6 +51,14 @@
  * races the last count-down's signal may come after it, as with Foundation, whose
  * queue reads `isReady` when it schedules.
  *
+ * -DVARIANT_BARRIER (must pass too): B is added behind a barrier X, pending at first,
+ * whose finish can come at any moment (Readiness.swift, R9). Under the queue's lock the
+ * add finds X not finished, counts B's edge to it under B's lock, and does not signal
+ * B; after the lock it evaluates B's readiness and registers the edge with X, or
+ * counts it down itself if X's finish has begun. What is checked besides: unless
+ * cancelled, B never starts before X's finish has begun. No second dependency: X is
+ * one already.
+ *
  * Mutants (scripts/model-check.sh makes sure each fails):
  *   -DMUTANT_COUNT_AFTER_REGISTER  an edge is counted after it is registered with its
  *                                  dependency, and so after B's readiness was looked at.
@@ -63,9 +72,14 @@
  *                                  signalled.
  *   -DMUTANT_NO_TAKE_CHECK         the take starts B without looking at its count.
  *   -DMUTANT_PASS_OVER_SIGNALLED   the take passes B over but leaves it signalled.
+ *   -DMUTANT_BARRIER_EDGE_AFTER_LOCK  with VARIANT_BARRIER, the edge to X is counted
+ *                                  after the queue's lock, as any other edge is.
  */
 #ifdef MUTANT_SUBCLASS_NO_LOOK
 #define VARIANT_SUBCLASS
+#endif
+#ifdef MUTANT_BARRIER_EDGE_AFTER_LOCK
+#define VARIANT_BARRIER
 #endif
 
 bit qlock = 0, block = 0, alock = 0, clock = 0;
@@ -87,6 +101,11 @@ bit cRegistered = 0;   /* B in C's dependents */
 bit edgeFirst = 0;     /* ghost: the program added the edge, then B */
 bit takenBack = 0;     /* ghost: the queue took B back */
 bit edgeDone = 0;      /* ghost: addDependency has returned */
+bit xlock = 0;         /* VARIANT_BARRIER: X's lock */
+bit xHandled = 0;      /* X's finishHandled */
+bit xNeedsLock = 0;    /* X's needsFinishLock */
+bit xRegistered = 0;   /* B in X's dependents */
+bit behind = 0;        /* ghost: the add found X pending */
 
 inline lock(l) { atomic { l == 0 -> l = 1 } }
 inline unlock(l) { l = 0 }
@@ -115,6 +134,7 @@ inline takeStartable() {
           assert(cancelled || unfinished == 0);      /* no counted dependency unfinished */
 #endif
           assert(cancelled || !(edgeFirst || takenBack || edgeDone) || aHandled);  /* not before A */
+          assert(cancelled || !behind || xHandled);                                /* not before X */
           started = 1
        fi;
 #if !defined(MUTANT_NO_TAKE_CHECK) && !defined(VARIANT_SUBCLASS)
@@ -210,12 +230,36 @@ inline add() {
     :: else -> skip
     fi;
 #endif
-    becomes = ready0 && !signalled;
+#ifdef VARIANT_BARRIER
+    bb = !xHandled;                                               /* X pending */
+    if
+    :: bb ->
+       behind = 1;
+#ifndef MUTANT_BARRIER_EDGE_AFTER_LOCK
+       lock(block); unfinished++; unlock(block); hadDeps = 1      /* R9 */
+#else
+       skip
+#endif
+    :: else -> skip
+    fi;
+#endif
+    becomes = ready0 && !signalled && !bb;
     if
     :: becomes -> signalled = 1; inReady = 1; takeStartable()
     :: else -> skip
     fi;
     unlock(qlock);
+#ifdef VARIANT_BARRIER
+    if
+    :: bb ->                                                      /* completeBarrierEdge */
+#ifdef MUTANT_BARRIER_EDGE_AFTER_LOCK
+       lock(block); unfinished++; unlock(block); hadDeps = 1;
+#endif
+       evaluateReadiness();
+       registerEdgeWith(xlock, xHandled, xNeedsLock, xRegistered)
+    :: else -> skip
+    fi;
+#endif
 #if defined(VARIANT_SUBCLASS) && !defined(MUTANT_SUBCLASS_NO_LOOK)
     if
     :: !becomes && !signalled -> evaluateReadiness()             /* A4 */
@@ -246,6 +290,12 @@ inline addEdgeTo(dlock, dHandled, dNeedsLock, dRegistered) {
 #endif
     hadDeps = 1;
     evaluateReadiness();
+    registerEdgeWith(dlock, dHandled, dNeedsLock, dRegistered)
+}
+
+/* A counted edge registered with its dependency, or counted down at once if the
+ * dependency's finish has begun (`registerEdge`). */
+inline registerEdgeWith(dlock, dHandled, dNeedsLock, dRegistered) {
     dNeedsLock = 1;
     lock(dlock);
     reg = !dHandled;
@@ -274,12 +324,12 @@ inline addEdge() {
 }
 
 proctype Program() {
-    bit sl, rdy, back, ready0, becomes, reg, hd;
+    bit sl, rdy, back, ready0, becomes, reg, hd, bb = 0;
     if
     :: edgeFirst = 1; addEdge(); add()
     :: add(); addEdge()
     fi;
-#ifndef VARIANT_SUBCLASS
+#if !defined(VARIANT_SUBCLASS) && !defined(VARIANT_BARRIER)
     /* Or no second edge, whose finish would signal again what the first lost. */
     if
     :: addEdgeTo(clock, cHandled, cNeedsLock, cRegistered)
@@ -314,6 +364,13 @@ proctype FinishA() {
     finishDependency(alock, aHandled, aNeedsLock, registered)
 }
 
+#ifdef VARIANT_BARRIER
+proctype FinishX() {
+    bit sl, rdy, back, told = 0;
+    finishDependency(xlock, xHandled, xNeedsLock, xRegistered)
+}
+#endif
+
 proctype FinishC() {
     bit sl, rdy, back, told = 0;
     finishDependency(clock, cHandled, cNeedsLock, cRegistered)
@@ -336,6 +393,9 @@ proctype Resume() {
 init {
     atomic {
         run Program(); run FinishA(); run FinishC(); run Resume();
+#ifdef VARIANT_BARRIER
+        run FinishX();
+#endif
         if
         :: run Cancel()
         :: skip

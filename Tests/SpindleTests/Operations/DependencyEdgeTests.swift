@@ -154,7 +154,7 @@ final class DependencyEdgeTests: XCTestCase {
             case .finishLock:
                 events.locked { $0.append(.finishLock) }
                 progress.signal()
-            case .countingDown, .signallingReady, .registering:
+            case .countingDown, .signallingReady, .registering, .behindBarrier:
                 break
             }
         }
@@ -402,6 +402,46 @@ final class DependencyEdgeTests: XCTestCase {
                 op.cancel() // ready whatever its count: the queue can drain
             }
             q.waitUntilAllOperationsAreFinished()
+        }
+    }
+
+    /// An operation added behind a pending barrier whose last dependency finishes while
+    /// it is added — after the add has linked it and released the queue's lock, before
+    /// the edge to the barrier is registered — still waits for the barrier: that edge
+    /// is counted under the lock (Readiness.swift, R9). For a plain operation, whose
+    /// count-down signals it, and a subclass's, whose count-down asks its `isReady`.
+    func testAnOperationAddedBehindABarrierWaitsForItWhenItsLastDependencyFinishesDuringTheAdd() {
+        final class Subclassed: BlockOperation, @unchecked Sendable {}
+        for subclassed in [false, true] {
+            let q = OperationQueue()
+            let log = Log()
+            let hold = DispatchSemaphore(value: 0)
+            q.addOperation { hold.wait(); log.add("held") }
+            q.addBarrierBlock { log.add("barrier") }
+            let dependency = BlockOperation {}
+            let op = subclassed ? Subclassed { log.add("op") } : BlockOperation { log.add("op") }
+            op.addDependency(dependency)
+            let key = Dependents.key(op)
+            let finished = Atomic<Bool>(false)
+            let box = UncheckedBox(dependency)
+            OperationSeams.install { point, reached in
+                guard point == .behindBarrier, reached == key,
+                      !finished.exchange(true, ordering: .relaxed) else { return }
+                box.value.start()
+            }
+            q.addOperation(op)
+            OperationSeams.remove()
+            let kind = subclassed ? "subclass" : "plain"
+            XCTAssertTrue(finished.load(ordering: .relaxed) && dependency.isFinished,
+                          "\(kind): the dependency did not finish inside the add")
+            // The count-down, and any start it caused, came before `start()` returned.
+            XCTAssertFalse(op.queueRun.contains(.started), "\(kind): started ahead of the barrier")
+            XCTAssertFalse(op.queueSync.readySignalled.load(ordering: .acquiring),
+                           "\(kind): signalled ahead of the barrier")
+            XCTAssertFalse(op.isReady, "\(kind)")
+            hold.signal()
+            q.waitUntilAllOperationsAreFinished()
+            XCTAssertEqual(log.all, ["held", "barrier", "op"], kind)
         }
     }
 }

@@ -25,6 +25,10 @@ enum OperationSeams {
         /// An add has claimed an operation the program made and is about to take the
         /// queue's lock to register it (`enqueue`, between A2 and A3).
         case registering
+        /// An add has linked an operation behind a pending barrier, counted that edge and
+        /// released the queue's lock, and is about to register the edge with the barrier
+        /// (`completeBarrierEdge`, Readiness.swift R9).
+        case behindBarrier
     }
 
     private static let hook = Mutex<(@Sendable (Point, UInt) -> Void)?>(nil)

@@ -14,8 +14,8 @@ import Synchronization
 //     A plain operation's is its count of unfinished dependencies (or its
 //     cancellation), read in A3, under the queue's lock, when it has had a dependency.
 // A3. Under the lock, once: link it into the list (QueueRegistry.swift), count it in
-//     (below), and either start it at once (direct mode: D1) or put it
-//     behind a pending barrier, on its ready list, or nowhere until it is ready.
+//     (below), and either start it at once (direct mode: D1) or put it behind a
+//     pending barrier (Readiness.swift, R9), on its ready list, or nowhere until ready.
 // A4. After the lock: start what may start, or, for a subclass not found ready,
 //     evaluate its readiness again — a readiness change between A2 and A3 was held
 //     back until `QueueFields.linked` let it through. A plain operation needs no second
@@ -107,7 +107,7 @@ extension OperationQueue {
         unsafe OperationQueue.release(outcome.released)
         if unsafe outcome.armedWatch { scheduleWatch(afterMilliseconds: OperationQueue.watchMinDelay) }
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
-        if let barrier = unsafe outcome.barrier { op.addDependencyEdge(unsafe barrier.takeRetainedValue()) }
+        if let barrier = unsafe outcome.barrier { op.completeBarrierEdge(unsafe barrier.takeRetainedValue()) }
         if let config = unsafe outcome.config {
             if unsafe outcome.direct { dispatch(op, config) } else { unsafe dispatch(outcome.start, config) }
         } else if unsafe !outcome.signalled {
@@ -200,7 +200,8 @@ extension OperationQueue {
         // pool (direct mode, nothing ahead of it), or onto its ready list.
         var becomesReady = false
         if !isBarrier, let b = unsafe s.lastBarrier, !b.finishHandled.load(ordering: .acquiring) {
-            // safety: released by `register`, which makes it a dependency of `op`.
+            op.countBarrierEdge(b) // before a signal of its readiness can pass (R9)
+            // safety: released by `register`, which registers the edge with it.
             unsafe out.barrier = unsafe Unmanaged.passRetained(b)
         } else {
             if !isBarrier, unsafe s.lastBarrier != nil { unsafe s.lastBarrier = nil }

@@ -25,13 +25,20 @@ import Synchronization
 // R8. A plain operation whose count reaches zero is signalled without its readiness
 //     read again (`signalReady`): a dependency added between the count and the signal
 //     is found by R7's check, when the queue takes the operation.
+// R9. An operation added behind a pending barrier waits for it as for a dependency,
+//     and that edge is counted under the queue's lock, where the add links the
+//     operation (QueueMembership.swift, A3); only its registration with the barrier
+//     comes after. Linked with the edge not yet counted, an operation whose last other
+//     dependency finished in between would be signalled and started before the
+//     barrier.
 //
 // Model: Tests/Models/readiness.pml checks R1-R4 and R8, with the add's reads
 // (QueueMembership.swift, A2-A4), for a plain operation added to a suspended queue and
 // given a dependency, in either order, and then a second one, against both
 // dependencies' finishes, a cancellation and the queue's resumption: readiness never
 // lost, never taken twice, taken back in time, never started with a dependency
-// unfinished; and, as a variant, for a subclass's operation.
+// unfinished; as a variant, for a subclass's operation; and, as another (R9), for one
+// added behind a barrier that finishes at any moment: never started before it.
 
 extension Operation {
     /// What ``addDependency(_:)`` does, also for the queue's own edges (a barrier's),
@@ -62,6 +69,42 @@ extension Operation {
             guarded.locked { $0.unfinished += 1 }
             didChangeValue(forKey: "isReady")
         }
+        registerEdge(with: op)
+    }
+
+    /// The first half of the edge to a pending barrier that an operation added behind it
+    /// waits for (R9): lists and counts it, under the queue's lock, where the add links
+    /// the operation. The lock order is the queue's, then the operation's.
+    final func countBarrierEdge(_ barrier: Operation) {
+        guarded.locked { g in
+            g.dependencies.append(barrier)
+            g.unfinished += 1
+        }
+        // seq_cst: as in `addDependencyEdge`; and a take (`State.isPassedOver`) reads the
+        // count only when this is set.
+        hadDependencies.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// The second half, once the queue's lock is released: what `addDependencyEdge` does
+    /// after counting an edge. A subclass hears of it as of any other edge, after the
+    /// count has changed.
+    final func completeBarrierEdge(_ barrier: Operation) {
+        #if DEBUG
+        unsafe OperationSeams.reach(.behindBarrier, Dependents.key(self))
+        #endif
+        if isPlainClass {
+            evaluateReadiness()
+        } else {
+            willChangeValue(forKey: "isReady")
+            didChangeValue(forKey: "isReady")
+        }
+        registerEdge(with: barrier)
+    }
+
+    /// Registers a counted edge with its dependency `op`, or satisfies it at once when
+    /// `op` has finished, and promotes `op` to this operation's class.
+    @inline(__always)
+    private final func registerEdge(with op: Operation) {
         op.needsFinishLock.store(true, ordering: .sequentiallyConsistent)
         let registered = op.guarded.locked { g -> Bool in
             if op.finishHandled.load(ordering: .acquiring) { return false }
