@@ -361,10 +361,8 @@ final class DependencyEdgeTests: XCTestCase {
             OperationSeams.remove()
             XCTAssertTrue(added.load(ordering: .relaxed), "width \(width): the finish did not signal the operation")
             // The signal, and the queue's take, came before `start()` returned.
-            XCTAssertFalse(op.queueRun.contains(.started), "width \(width): started with a dependency unfinished")
-            XCTAssertFalse(op.queueSync.readySignalled.load(ordering: .acquiring),
-                           "width \(width): passed over, but left signalled: the next finish would not signal it")
-            XCTAssertFalse(op.isReady, "width \(width)")
+            assertWaiting(op, "width \(width)", started: "started with a dependency unfinished",
+                          signalled: "passed over, but left signalled: the next finish would not signal it")
             second.start()
             q.waitUntilAllOperationsAreFinished()
             XCTAssertEqual(ranAfterSecond.load(ordering: .relaxed), 1,
@@ -385,17 +383,8 @@ final class DependencyEdgeTests: XCTestCase {
             let ran = DispatchSemaphore(value: 0)
             let op = BlockOperation { ran.signal() }
             op.addDependency(dependency)
-            let key = Dependents.key(op)
-            let finished = Atomic<Bool>(false)
-            let box = UncheckedBox(dependency)
-            OperationSeams.install { point, reached in
-                guard point == .registering, reached == key,
-                      !finished.exchange(true, ordering: .relaxed) else { return }
-                box.value.start()
-            }
-            q.addOperation(op)
-            OperationSeams.remove()
-            XCTAssertTrue(finished.load(ordering: .relaxed) && dependency.isFinished,
+            let finished = add(op, to: q, finishing: dependency, at: .registering)
+            XCTAssertTrue(finished && dependency.isFinished,
                           "width \(width): the dependency did not finish inside the add")
             if ran.wait(timeout: .now() + 60) != .success {
                 XCTFail("width \(width): the operation never started: its readiness was lost")
@@ -403,6 +392,30 @@ final class DependencyEdgeTests: XCTestCase {
             }
             q.waitUntilAllOperationsAreFinished()
         }
+    }
+
+    /// `op`, in a queue, waits: not started, not signalled to its queue, not ready.
+    private func assertWaiting(_ op: Operation, _ context: String, started: String, signalled: String,
+                               line: UInt = #line) {
+        XCTAssertFalse(op.queueRun.contains(.started), "\(context): \(started)", line: line)
+        XCTAssertFalse(op.queueSync.readySignalled.load(ordering: .acquiring), "\(context): \(signalled)", line: line)
+        XCTAssertFalse(op.isReady, context, line: line)
+    }
+
+    /// Adds `op` to `q`, and runs `dependency` by hand, on the adding thread, when the
+    /// add reaches `point` for `op`. Whether it got there.
+    private func add(_ op: Operation, to q: OperationQueue, finishing dependency: Operation,
+                     at point: OperationSeams.Point) -> Bool {
+        let key = Dependents.key(op)
+        let finished = Atomic<Bool>(false)
+        let box = UncheckedBox(dependency)
+        OperationSeams.install { reachedPoint, reached in
+            guard reachedPoint == point, reached == key, !finished.exchange(true, ordering: .relaxed) else { return }
+            box.value.start()
+        }
+        q.addOperation(op)
+        OperationSeams.remove()
+        return finished.load(ordering: .relaxed)
     }
 
     /// An operation added behind a pending barrier whose last dependency finishes while
@@ -421,24 +434,12 @@ final class DependencyEdgeTests: XCTestCase {
             let dependency = BlockOperation {}
             let op = subclassed ? Subclassed { log.add("op") } : BlockOperation { log.add("op") }
             op.addDependency(dependency)
-            let key = Dependents.key(op)
-            let finished = Atomic<Bool>(false)
-            let box = UncheckedBox(dependency)
-            OperationSeams.install { point, reached in
-                guard point == .behindBarrier, reached == key,
-                      !finished.exchange(true, ordering: .relaxed) else { return }
-                box.value.start()
-            }
-            q.addOperation(op)
-            OperationSeams.remove()
+            let finished = add(op, to: q, finishing: dependency, at: .behindBarrier)
             let kind = subclassed ? "subclass" : "plain"
-            XCTAssertTrue(finished.load(ordering: .relaxed) && dependency.isFinished,
+            XCTAssertTrue(finished && dependency.isFinished,
                           "\(kind): the dependency did not finish inside the add")
             // The count-down, and any start it caused, came before `start()` returned.
-            XCTAssertFalse(op.queueRun.contains(.started), "\(kind): started ahead of the barrier")
-            XCTAssertFalse(op.queueSync.readySignalled.load(ordering: .acquiring),
-                           "\(kind): signalled ahead of the barrier")
-            XCTAssertFalse(op.isReady, "\(kind)")
+            assertWaiting(op, kind, started: "started ahead of the barrier", signalled: "signalled ahead of the barrier")
             hold.signal()
             q.waitUntilAllOperationsAreFinished()
             XCTAssertEqual(log.all, ["held", "barrier", "op"], kind)
