@@ -201,13 +201,8 @@ open class OperationQueue: @unchecked Sendable {
         let op = BarrierOperation(block: barrier)
         // Its own ready level, above every priority (Priority.swift).
         op.priorityWord.store(Operation.barrierPriority, ordering: .relaxed)
-        let before = unsafe state.locked { s -> [Operation] in
-            unsafe s.lastBarrier = op
-            // The barrier's `dependencies` will list them.
-            return unsafe handOut(s.unfinished)
-        }
-        // Dependencies on operations that finish meanwhile are satisfied at once.
-        for p in before { op.addDependencyEdge(p) }
+        // Its edges to the operations ahead of it are counted where it is linked
+        // (Readiness.swift, R10).
         enqueue(op, isBarrier: true)
     }
 

@@ -154,7 +154,7 @@ final class DependencyEdgeTests: XCTestCase {
             case .finishLock:
                 events.locked { $0.append(.finishLock) }
                 progress.signal()
-            case .countingDown, .signallingReady, .registering, .behindBarrier:
+            case .countingDown, .signallingReady, .registering, .behindBarrier, .barrierEdges:
                 break
             }
         }

@@ -29,6 +29,10 @@ enum OperationSeams {
         /// released the queue's lock, and is about to register the edge with the barrier
         /// (`completeBarrierEdge`, Readiness.swift R9).
         case behindBarrier
+        /// A barrier's add has linked it, counted its edges to the operations ahead of it
+        /// and released the queue's lock, and is about to register those edges
+        /// (`completeEdges`, Readiness.swift R10).
+        case barrierEdges
     }
 
     private static let hook = Mutex<(@Sendable (Point, UInt) -> Void)?>(nil)

@@ -16,6 +16,7 @@ import Synchronization
 // A3. Under the lock, once: link it into the list (QueueRegistry.swift), count it in
 //     (below), and either start it at once (direct mode: D1) or put it behind a
 //     pending barrier (Readiness.swift, R9), on its ready list, or nowhere until ready.
+//     A barrier is given its edges to what is ahead of it there too (R10).
 // A4. After the lock: start what may start, or, for a subclass not found ready,
 //     evaluate its readiness again — a readiness change between A2 and A3 was held
 //     back until `QueueFields.linked` let it through. A plain operation needs no second
@@ -108,6 +109,7 @@ extension OperationQueue {
         if unsafe outcome.armedWatch { scheduleWatch(afterMilliseconds: OperationQueue.watchMinDelay) }
         if hasCountObservers.load(ordering: .acquiring) { notifyCountChange() }
         if let barrier = unsafe outcome.barrier { op.completeBarrierEdge(unsafe barrier.takeRetainedValue()) }
+        if isBarrier { op.completeEdges() }
         if let config = unsafe outcome.config {
             if unsafe outcome.direct { dispatch(op, config) } else { unsafe dispatch(outcome.start, config) }
         } else if unsafe !outcome.signalled {
@@ -175,8 +177,18 @@ extension OperationQueue {
     private func registerLocked(_ s: inout State, _ u: Unmanaged<Operation>, _ op: Operation, readyNow: Bool,
                                 readsCount: Bool, fresh: Bool, isBarrier: Bool) -> RegisterOutcome {
         var out = unsafe RegisterOutcome()
-        unsafe s.link(u, op)
         var readyNow = readyNow
+        if isBarrier {
+            // R10: in the section that links it and counts it in, a barrier waits for
+            // everything the list holds unfinished, a pending barrier included, and
+            // becomes the one that later adds wait for. Its edges are registered with
+            // those operations once the lock is released (`register`).
+            let ahead = unsafe handOut(s.unfinished)
+            if !ahead.isEmpty { op.countEdges(to: ahead) }
+            readyNow = ahead.isEmpty
+            unsafe s.lastBarrier = op
+        }
+        unsafe s.link(u, op)
         if readsCount {
             // A2 for a plain operation that has had a dependency, here where a signal of
             // its readiness (a count-down's, R8, or a cancellation's) waits for the lock
@@ -480,19 +492,5 @@ extension OperationQueue {
             unsafe s.drainWaitRank = unsafe max(s.drainWaitRank, rank)
             return true
         }
-    }
-}
-
-extension OperationQueue.State {
-    /// Counts an added operation in (`delta`: one unfinished, plus one running when
-    /// it starts directly) and prunes what has finished.
-    mutating func count(_ counts: borrowing Atomic<UInt64>, delta: UInt64,
-                        released: inout Unmanaged<Operation>?) {
-        let now = counts.wrappingAdd(delta, ordering: .sequentiallyConsistent).newValue
-        // The running count (at most the unfinished one) must stay below the
-        // `scheduledBit`.
-        precondition(now >> 32 < OperationQueue.runningMask,
-                     "OperationQueue: more than 2^31 - 1 operations unfinished in one queue")
-        unsafe prune(unfinished: Int(now >> 32), onto: &released)
     }
 }

@@ -297,3 +297,17 @@ extension OperationQueue {
         return ops
     }
 }
+
+extension OperationQueue.State {
+    /// Counts an added operation in (`delta`: one unfinished, plus one running when
+    /// it starts directly) and prunes what has finished.
+    mutating func count(_ counts: borrowing Atomic<UInt64>, delta: UInt64,
+                        released: inout Unmanaged<Operation>?) {
+        let now = counts.wrappingAdd(delta, ordering: .sequentiallyConsistent).newValue
+        // The running count (at most the unfinished one) must stay below the
+        // `scheduledBit`.
+        precondition(now >> 32 < OperationQueue.runningMask,
+                     "OperationQueue: more than 2^31 - 1 operations unfinished in one queue")
+        unsafe prune(unfinished: Int(now >> 32), onto: &released)
+    }
+}

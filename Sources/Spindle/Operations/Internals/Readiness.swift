@@ -31,6 +31,13 @@ import Synchronization
 //     comes after. Linked with the edge not yet counted, an operation whose last other
 //     dependency finished in between would be signalled and started before the
 //     barrier.
+// R10. A barrier's own edges, to every operation its queue holds unfinished, are
+//     counted in the same locked section that links the barrier, counts it in and
+//     makes it the queue's last barrier; only their registration with those
+//     operations comes after. Counted in a section of its own, the barrier would miss
+//     a barrier added concurrently, which would miss it too, and the two would run
+//     side by side; and the queue could drain in between, forget the barrier, and
+//     start an operation added meanwhile beside it.
 //
 // Model: Tests/Models/readiness.pml checks R1-R4 and R8, with the add's reads
 // (QueueMembership.swift, A2-A4), for a plain operation added to a suspended queue and
@@ -101,10 +108,37 @@ extension Operation {
         registerEdge(with: barrier)
     }
 
+    /// The first half of a barrier's edges to the operations ahead of it (R10): lists
+    /// and counts them, under the queue's lock, where the add links the barrier. The
+    /// lock order is the queue's, then the operation's.
+    final func countEdges(to ahead: [Operation]) {
+        guarded.locked { g in
+            for p in ahead { g.dependencies.append(p) }
+            g.unfinished += ahead.count
+        }
+        // seq_cst: as in `addDependencyEdge`.
+        hadDependencies.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// The second half, once the queue's lock is released: registers each edge with its
+    /// operation, or satisfies it at once when that one has finished meanwhile; the last
+    /// satisfied makes the barrier ready. Nothing else gives the barrier a dependency
+    /// (the queue's own operation, out of the program's reach), so its list is the one
+    /// `countEdges` made. The operations ahead keep their classes: the barrier runs at
+    /// its queue's, and what is added behind it at a higher class raises them through it
+    /// (Promotion.swift).
+    final func completeEdges() {
+        #if DEBUG
+        unsafe OperationSeams.reach(.barrierEdges, Dependents.key(self))
+        #endif
+        guard hadDependencies.load(ordering: .relaxed) else { return }
+        for p in guarded.locked({ $0.dependencies.snapshot() }) { registerEdge(with: p, promoting: false) }
+    }
+
     /// Registers a counted edge with its dependency `op`, or satisfies it at once when
-    /// `op` has finished, and promotes `op` to this operation's class.
+    /// `op` has finished, and, `promoting`, promotes `op` to this operation's class.
     @inline(__always)
-    private final func registerEdge(with op: Operation) {
+    private final func registerEdge(with op: Operation, promoting: Bool = true) {
         op.needsFinishLock.store(true, ordering: .sequentiallyConsistent)
         let registered = op.guarded.locked { g -> Bool in
             if op.finishHandled.load(ordering: .acquiring) { return false }
@@ -114,7 +148,7 @@ extension Operation {
         // Already finished: the edge is satisfied at once.
         if !registered {
             dependencyFinished()
-        } else if op !== self {
+        } else if promoting && op !== self {
             // A dependency waited for by a higher class rises to it (Promotion.swift, P3).
             // Class 0, unknown yet (in no queue, no class of its own), raises nothing.
             let rank = knownRank
