@@ -11,7 +11,9 @@ import Dispatch
 /// once drained, and whether the queue ever broke a rule that holds in every order — more
 /// operations running at once than its width, work begun before one of its dependencies
 /// finished, a barrier begun before the work added ahead of it finished, work added
-/// behind a barrier begun before the barrier finished.
+/// behind a barrier begun before the barrier finished, anything run beside a barrier —
+/// whether the barrier was added before the queue was resumed or by its operations,
+/// several at once, while it ran.
 func wideScenarios() {
     for seed in programSeeds {
         show("wide.random.\(seed)", WideProgram(seed: seed).run())
@@ -21,16 +23,18 @@ func wideScenarios() {
 /// A random program on a suspended queue of width 2 to 4 or the default: operations of
 /// random priorities and classes, some asynchronous and some with an `isReady` of their
 /// own, dependencies among them, a barrier among the adds, cancellations; resumed, its
-/// operations act on the queue while they run, or add work to another queue and wait
-/// for it there, holding their thread. Every action has one outcome in every order: an
-/// operation cancels only one that waits for it, gives a dependency only to one that
-/// waits for it, and adds operations that nothing waits for.
+/// operations act on the queue while they run — add work or barriers to it, suspend it
+/// for a moment, change its width or an operation's priority — or add work to another
+/// queue and wait for it there, holding their thread. Every action has one outcome in
+/// every order: an operation cancels only one that waits for it, gives a dependency only
+/// to one that waits for it, adds operations and barriers that nothing waits for, and
+/// resumes the queue it suspended.
 private final class WideProgram: @unchecked Sendable {
     // @unchecked: the fields above `all` are written before the queue is resumed and
     // only read after; `all` and those below it only under `lock`.
     private enum Action {
         case cancel(Int), add(dependency: Int?), dependency(Int, on: Int), width(Int), open(Int)
-        case wait(Int, QualityOfService)
+        case wait(Int, QualityOfService), barrier, suspend(UInt32), priority(Int, Operation.QueuePriority)
     }
     private let lock = NSLock()
     private let queue = OperationQueue()
@@ -56,6 +60,17 @@ private final class WideProgram: @unchecked Sendable {
     private var completions: [Int] = []
     private var running = 0, mostRunning = 0
     private var barrierDone = false
+    /// Barriers running now.
+    private var barriersRunning = 0
+    /// The indices in `all` of what was added to `queue`, each once its add returned.
+    private var queued: [Int] = []
+    /// The barriers operations added while the program ran: what `queued` held when the
+    /// add began (all of it ahead of the barrier), whether the add has returned, and
+    /// whether the barrier has run.
+    private var barriers: [(ahead: [Int], returned: Bool, done: Bool)] = []
+    /// For each operation added while the program ran, the barriers whose adds had
+    /// returned when its add began: all of them ahead of it.
+    private var behind: [Int: [Int]] = [:]
     private var broken: [String] = []
 
     init(seed: Int) {
@@ -117,7 +132,7 @@ private final class WideProgram: @unchecked Sendable {
         for i in 0..<n {
             var acts: [Action] = []
             for _ in 0..<r.below(3) {
-                switch r.below(5) {
+                switch r.below(8) {
                 case 0:
                     // Only one that waits for this one has not begun, whatever the order;
                     // an opener is never cancelled, or its gate would stay closed.
@@ -140,6 +155,17 @@ private final class WideProgram: @unchecked Sendable {
                     let count = 1 + r.below(3), qos = programClasses[r.below(5)]
                     acts.append(.wait(count, qos))
                     what += " [o\(i): wait for \(count) \(qos)]"
+                case 4:
+                    acts.append(.barrier)
+                    what += " [o\(i): barrier]"
+                case 5:
+                    let pause = UInt32(100 + r.below(500))
+                    acts.append(.suspend(pause))
+                    what += " [o\(i): suspend \(pause)]"
+                case 6:
+                    let j = r.below(n), p = programLevels[r.below(5)]
+                    acts.append(.priority(j, p))
+                    what += " [o\(i): o\(j)=\(p.rawValue)]"
                 default:
                     let w = 1 + r.below(4)
                     acts.append(.width(w))
@@ -153,6 +179,7 @@ private final class WideProgram: @unchecked Sendable {
             actions[opener].insert(.open(gated), at: r.below(actions[opener].count + 1))
         }
         all = ops
+        queued = Array(0..<n)
         runs = [Int](repeating: 0, count: n)
         completions = runs
         currents = [Character](repeating: " ", count: n)
@@ -181,6 +208,8 @@ private final class WideProgram: @unchecked Sendable {
         running += 1
         mostRunning = max(mostRunning, running)
         if hasBarrier && !barrierDone && (i >= ops.count || afterBarrier.contains(i)) { broken.append("\(i) before the barrier") }
+        for b in behind[i] ?? [] where !barriers[b].done { broken.append("\(i) before barrier \(b)") }
+        if barriersRunning > 0 { broken.append("\(i) beside a barrier") }
         lock.unlock()
         let early = op.dependencies.filter { !$0.isFinished }.count
         if early > 0 { lock.lock(); broken.append("\(i) before \(early) of its dependencies"); lock.unlock() }
@@ -192,12 +221,41 @@ private final class WideProgram: @unchecked Sendable {
     }
 
     private func barrier() {
-        lock.lock(); running += 1; mostRunning = max(mostRunning, running); lock.unlock()
-        let early = beforeBarrier.filter { !$0.isFinished }.count
+        runAlone("the barrier") {
+            let early = beforeBarrier.filter { !$0.isFinished }.count
+            if early > 0 { broken.append("barrier before \(early) ahead of it") }
+        } end: {
+            barrierDone = true
+        }
+    }
+
+    /// Barrier `b` of those operations add while the program runs.
+    private func addedBarrier(_ b: Int) {
+        runAlone("barrier \(b)") {
+            let early = barriers[b].ahead.filter { !all[$0].isFinished }.count
+            if early > 0 { broken.append("barrier \(b) before \(early) ahead of it") }
+            if hasBarrier && !barrierDone { broken.append("barrier \(b) before the barrier") }
+        } end: {
+            barriers[b].done = true
+        }
+    }
+
+    /// A barrier's run, which nothing else of the queue's may run beside: `start` and
+    /// `end` under `lock`, and between them a moment in which an operation started
+    /// beside it would be seen.
+    private func runAlone(_ name: String, _ start: () -> Void, end: () -> Void) {
         lock.lock()
-        if early > 0 { broken.append("barrier before \(early) ahead of it") }
+        if running > 0 { broken.append("\(name) beside \(running) running") }
+        running += 1
+        barriersRunning += 1
+        mostRunning = max(mostRunning, running)
+        start()
+        lock.unlock()
+        usleep(100)
+        lock.lock()
         running -= 1
-        barrierDone = true
+        barriersRunning -= 1
+        end()
         lock.unlock()
     }
 
@@ -205,15 +263,31 @@ private final class WideProgram: @unchecked Sendable {
         switch action {
         case .cancel(let j): ops[j].cancel()
         case .add(let d):
-            let op = extra { [unowned self] in perform($0) }
+            let (op, index) = extra { [unowned self] in perform($0) }
             if let d { op.addDependency(ops[d]) }
+            lock.lock()
+            behind[index] = barriers.indices.filter { barriers[$0].returned }
+            lock.unlock()
             queue.addOperation(op)
+            lock.lock(); queued.append(index); lock.unlock()
+        case .barrier:
+            lock.lock()
+            let b = barriers.count
+            barriers.append((ahead: queued, returned: false, done: false))
+            lock.unlock()
+            queue.addBarrierBlock { [unowned self] in addedBarrier(b) }
+            lock.lock(); barriers[b].returned = true; lock.unlock()
+        case .suspend(let pause):
+            queue.isSuspended = true
+            usleep(pause)
+            queue.isSuspended = false
+        case .priority(let j, let p): ops[j].queuePriority = p
         case .dependency(let j, let k): ops[j].addDependency(ops[k])
         case .width(let w): queue.maxConcurrentOperationCount = w
         case .open(let j): (ops[j] as? Gated)?.openGate()
         case .wait(let count, let qos):
             let work = (0..<count).map { _ in
-                let op = extra { [self] index in lock.lock(); runs[index] += 1; currents[index] = current(); lock.unlock() }
+                let (op, _) = extra { [self] index in lock.lock(); runs[index] += 1; currents[index] = current(); lock.unlock() }
                 op.qualityOfService = qos
                 return op
             }
@@ -226,9 +300,9 @@ private final class WideProgram: @unchecked Sendable {
         return current === queue ? "q" : current === side ? "s" : current == nil ? "-" : "?"
     }
 
-    /// An operation made while the program runs, counted as the program's own are; its
-    /// work is `body`, given the operation's index in `all`.
-    private func extra(_ body: @escaping @Sendable (Int) -> Void) -> BlockOperation {
+    /// An operation made while the program runs, counted as the program's own are, and its
+    /// index in `all`; its work is `body`, given that index.
+    private func extra(_ body: @escaping @Sendable (Int) -> Void) -> (BlockOperation, Int) {
         let op = BlockOperation()
         lock.lock()
         let index = all.count
@@ -239,7 +313,7 @@ private final class WideProgram: @unchecked Sendable {
         lock.unlock()
         op.addExecutionBlock { body(index) }
         op.completionBlock = { [self] in lock.lock(); completions[index] += 1; lock.unlock() }
-        return op
+        return (op, index)
     }
 
     /// Runs it; what it was, and what it did.
