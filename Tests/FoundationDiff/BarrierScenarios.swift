@@ -39,6 +39,22 @@ func barrierScenarios() {
     }
 
     do {
+        // cancelAllOperations while the work ahead of a barrier runs: the barrier's block
+        // does not run, and work added afterwards still waits for the work ahead.
+        let q = OperationQueue()
+        let started = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        let a = BlockOperation { started.signal(); hold.wait(); log.add("a") }
+        q.addOperation(a)
+        started.wait()
+        q.addBarrierBlock { log.add("barrier") }
+        q.cancelAllOperations()
+        q.addOperation { log.add("later, a finished: \(a.isFinished)") }
+        hold.signal()
+        q.waitUntilAllOperationsAreFinished()
+        show("barrier.cancelled-while-work-ahead-runs", log.take())
+    }
+
+    do {
         // Operations added after a barrier wait for the ones before it, across priorities.
         let q = OperationQueue()
         q.isSuspended = true

@@ -4,12 +4,14 @@ import XCTest
 
 @testable import Spindle
 
-/// A barrier's add is one step for every other add to its queue (Readiness.swift, R10):
-/// whatever another thread adds while a barrier is being added is either ahead of it or
-/// behind it, never beside it. Each test stops the barrier's add at the seam after its
-/// locked section, where its edges to the operations ahead are counted but not yet
-/// registered, and acts on the queue there.
-final class BarrierAddTests: XCTestCase {
+/// A barrier keeps what is added after it from running beside what was added before it,
+/// whatever happens meanwhile. Its add is one step for every other add to its queue
+/// (Readiness.swift, R10): whatever another thread adds while a barrier is being added is
+/// either ahead of it or behind it, never beside it; the tests of that stop the barrier's
+/// add at the seam after its locked section, where its edges to the operations ahead are
+/// counted but not yet registered, and act on the queue there. And a cancelled barrier,
+/// which does not run its block, still waits for what is ahead of it.
+final class BarrierTests: XCTestCase {
     /// Adds a barrier running `block` to `q` on a thread of its own, and returns once
     /// that add has stopped at the seam; other barrier adds pass it. `finish` lets the
     /// add go on, waits for it to return and takes the seam's hook out.
@@ -104,5 +106,31 @@ final class BarrierAddTests: XCTestCase {
             q.waitUntilAllOperationsAreFinished()
             XCTAssertEqual(log.all, empty ? ["barrier"] : ["ahead", "barrier"], empty ? "empty queue" : "with one ahead")
         }
+    }
+
+    /// `cancelAllOperations()` while an operation ahead of a barrier runs: the barrier's
+    /// block does not run, and an operation added afterwards still waits until the one
+    /// ahead has finished.
+    func testACancelledBarrierStillKeepsWhatIsAddedLaterWaitingForWhatIsAheadOfIt() {
+        let q = OperationQueue()
+        let log = Log()
+        let started = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        let ahead = BlockOperation { started.signal(); hold.wait(); log.add("ahead") }
+        q.addOperation(ahead)
+        started.wait()
+        q.addBarrierBlock { log.add("barrier") }
+        q.cancelAllOperations()
+        let barrier = barriers(of: q).first
+        XCTAssertNotNil(barrier)
+        XCTAssertEqual(barrier?.isCancelled, true)
+        XCTAssertEqual(barrier?.isReady, false, "a cancelled barrier is ready while the operation ahead of it runs")
+        let later = BlockOperation { log.add("later after \(ahead.isFinished ? "ahead" : "nothing")") }
+        q.addOperation(later)
+        XCTAssertFalse(later.isReady, "an operation added after a cancelled barrier does not wait for it")
+        hold.signal()
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(log.all, ["ahead", "later after ahead"])
+        XCTAssertTrue(ahead.isCancelled && ahead.isFinished)
+        XCTAssertTrue(later.isFinished && !later.isCancelled)
     }
 }
