@@ -38,6 +38,10 @@ import Synchronization
 //     a barrier added concurrently, which would miss it too, and the two would run
 //     side by side; and the queue could drain in between, forget the barrier, and
 //     start an operation added meanwhile beside it.
+// R11. A barrier is ready once everything ahead of it has finished, cancelled or not
+//     (`BarrierOperation.isReady`): the exception to R6. Cancelled, it does not run its
+//     block, but it still finishes only after what is ahead of it, and what is added
+//     behind it still waits for it.
 //
 // Model: Tests/Models/readiness.pml checks R1-R4 and R8, with the add's reads
 // (QueueMembership.swift, A2-A4), for a plain operation added to a suspended queue and
@@ -46,6 +50,8 @@ import Synchronization
 // lost, never taken twice, taken back in time, never started with a dependency
 // unfinished; as a variant, for a subclass's operation; and, as another (R9), for one
 // added behind a barrier that finishes at any moment: never started before it.
+// Tests/Models/barrier_add.pml checks R9-R11 for two barriers and a plain operation
+// added at once, against the queue draining and `cancelAllOperations()`.
 
 extension Operation {
     /// What ``addDependency(_:)`` does, also for the queue's own edges (a barrier's),
