@@ -240,9 +240,8 @@ private final class ActingProgram: @unchecked Sendable {
                     acts.append(.cancel(j))
                     what += " [o\(i): cancel o\(j)]"
                 case 1:
-                    let j = r.below(n), p = programLevels[r.below(5)]
+                    let (j, p) = randomPriorityChange(by: i, of: n, &r, what: &what)
                     acts.append(.priority(j, p))
-                    what += " [o\(i): o\(j)=\(p.rawValue)]"
                 case 2:
                     let p = programLevels[r.below(5)], d: Int? = r.below(2) == 0 ? r.below(n) : nil
                     acts.append(.add(p, dependency: d))

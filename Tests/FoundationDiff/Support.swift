@@ -91,6 +91,14 @@ func randomOperation(_ i: Int, kind: Int, openedBy opener: Int?, _ r: inout Numb
     return op
 }
 
+/// An action of operation `i` of a random program of `n`: a new priority for one of
+/// them, recorded in `what`.
+func randomPriorityChange(by i: Int, of n: Int, _ r: inout Numbers, what: inout String) -> (Int, Operation.QueuePriority) {
+    let j = r.below(n), p = programLevels[r.below(5)]
+    what += " [o\(i): o\(j)=\(p.rawValue)]"
+    return (j, p)
+}
+
 func names(_ ops: [Operation]) -> [String] { ops.map { $0.name ?? "nil" } }
 
 let priorities: [(String, Operation.QueuePriority)] = [("lo", .low), ("hi", .high), ("n", .normal), ("vh", .veryHigh)]

@@ -163,9 +163,8 @@ private final class WideProgram: @unchecked Sendable {
                     acts.append(.suspend(pause))
                     what += " [o\(i): suspend \(pause)]"
                 case 6:
-                    let j = r.below(n), p = programLevels[r.below(5)]
+                    let (j, p) = randomPriorityChange(by: i, of: n, &r, what: &what)
                     acts.append(.priority(j, p))
-                    what += " [o\(i): o\(j)=\(p.rawValue)]"
                 default:
                     let w = 1 + r.below(4)
                     acts.append(.width(w))
