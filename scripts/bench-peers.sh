@@ -10,7 +10,7 @@ source scripts/deps.sh
 out="$(pwd)/Benchmarks/.build/peers"
 mkdir -p "$out"
 
-have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+have_pkg() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 need=()
 for p in librust-rayon-dev cargo libtbb-dev g++; do
   command -v dpkg-query >/dev/null && ! have_pkg "$p" && need+=("$p")

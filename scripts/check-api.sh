@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 update=false
 [ "${1:-}" = "--update" ] && update=true
 [ -d .build/debug/Modules ] || swift build --traits ServiceLifecycle >&2
-modulemap=$(find -L .build/debug -maxdepth 2 -name module.modulemap -path '*CSpindle.build*' | head -1)
+modulemap=$(find -L .build/debug -maxdepth 2 -name module.modulemap -path '*CSpindle.build*' -print -quit)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0

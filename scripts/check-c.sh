@@ -27,8 +27,9 @@ for cc in gcc clang; do
     obj=$(mktemp)
     for f in "$src"/*.c; do
       "$cc" "${flags[@]}" -c "$f" -o "$obj"
-      if nm "$obj" | grep -q 'spindle_test_'; then
-        echo "check-c: $f refers to a test seam in a release build:"; nm "$obj" | grep 'spindle_test_'; rm -f "$obj"; exit 1
+      syms=$(nm "$obj")
+      if grep -q 'spindle_test_' <<< "$syms"; then
+        echo "check-c: $f refers to a test seam in a release build:"; grep 'spindle_test_' <<< "$syms"; rm -f "$obj"; exit 1
       fi
     done
     rm -f "$obj"

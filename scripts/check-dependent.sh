@@ -80,7 +80,7 @@ pins=$(resolved "$work/traited/Package.resolved")
 [ "$pins" = "swift-async-algorithms swift-collections swift-log swift-metrics swift-service-lifecycle" ] || {
   echo "check-dependent: with the ServiceLifecycle trait a dependent resolves: $pins" >&2; exit 1; }
 echo "check-dependent: a dependent resolves swift-log and swift-metrics only; with the ServiceLifecycle trait, swift-service-lifecycle too"
-echo "$out" | grep -q "an operation ran on Spindle" || { echo "$out"; exit 1; }
+grep -q "an operation ran on Spindle" <<< "$out" || { echo "$out"; exit 1; }
 # The blocking run and shutdown cannot be picked from async code by accident.
 if misuse=$(cd "$work/app" && swift build --target misuse 2>&1); then
   echo "check-dependent: the blocking run and shutdown compiled in async code" >&2; exit 1
@@ -88,12 +88,12 @@ fi
 # In async code the blocking forms are unavailable (noasync), so both calls resolve to
 # the async overloads, and the compiler asks for the `await` they need.
 for line in 4 7; do
-  echo "$misuse" | grep -q "misuse/main.swift:$line:.*expression is 'async' but is not marked with 'await'" || {
+  grep -q "misuse/main.swift:$line:.*expression is 'async' but is not marked with 'await'" <<< "$misuse" || {
     echo "$misuse"; echo "check-dependent: line $line did not resolve to the async overload" >&2; exit 1; }
 done
 if seams=$(cd "$work/app" && swift build --target seams 2>&1); then
   echo "check-dependent: a dependent can call the engine's test seams" >&2; exit 1
 fi
-echo "$seams" | grep -q "cannot find 'spindle_test_limit_threads' in scope" || {
+grep -q "cannot find 'spindle_test_limit_threads' in scope" <<< "$seams" || {
   echo "$seams"; echo "check-dependent: the seams target failed for another reason" >&2; exit 1; }
 echo "check-dependent: a package depending on Spindle builds and runs; blocking calls from async code and the test seams do not compile"

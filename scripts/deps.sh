@@ -13,7 +13,7 @@
 #   spin       the Promela model checker
 spindle_have_lib() {
   # ldconfig's cache, then the usual multiarch directories.
-  { command -v ldconfig >/dev/null && ldconfig -p 2>/dev/null | grep -q "$1"; } && return 0
+  { command -v ldconfig >/dev/null && grep -q "$1" < <(ldconfig -p 2>/dev/null); } && return 0
   ls /usr/lib/*-linux-gnu/"$1" /usr/lib64/"$1" /usr/lib/"$1" >/dev/null 2>&1
 }
 

@@ -23,7 +23,7 @@ case "${1:-}" in
   *) echo "usage: scripts/fuzz.sh [--long | --runs N]" >&2; exit 2 ;;
 esac
 cc=$(command -v clang || true)
-[ -n "$cc" ] && "$cc" --version | grep -q swiftlang || cc=$(dirname "$(readlink -f "$(command -v swift)")")/clang
+[ -n "$cc" ] && grep -q swiftlang < <("$cc" --version) || cc=$(dirname "$(readlink -f "$(command -v swift)")")/clang
 work=$(mktemp -d /tmp/spindle-fuzz.XXXXXX)
 src=Sources/CSpindle
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -54,7 +54,7 @@ for target in ${FUZZ_TARGETS:-cpulist topology cgroup}; do
   else
     status=1
     echo "fuzz: $target FAILED (input and log in $work):"
-    grep -E "broken promise|ERROR|SUMMARY|Test unit written|parse_list says" "$work/$target.log" | head -20
+    grep -m 20 -E "broken promise|ERROR|SUMMARY|Test unit written|parse_list says" "$work/$target.log" || true
   fi
 done
 [ $status -eq 0 ] && rm -rf "$work"

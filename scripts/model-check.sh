@@ -20,9 +20,9 @@ check() { # model, defines, expect (ok|fails)
   (cd "$work" && rm -f pan* ./*.trail && spin $defines -a "$model" >/dev/null &&
      "$cc" -O2 -w -DSAFETY -o pan pan.c && ./pan -E >pan.out 2>&1) || true
   local errors
-  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$work/pan.out" | head -1)
+  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p;T;q' "$work/pan.out")
   local states
-  states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' "$work/pan.out" | head -1)
+  states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p;T;q' "$work/pan.out")
   local name
   name="$(basename "$model")${defines:+ $defines}"
   if [ -z "$errors" ]; then

@@ -100,7 +100,7 @@ start_server() {
   server_pid=$!
   port=""
   for _ in $(seq 1 300); do
-    port=$(sed -n 's/^PORT //p' "$work/server.out" | head -1)
+    port=$(sed -n 's/^PORT //p;T;q' "$work/server.out")
     [ -n "$port" ] && return 0
     kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.1
