@@ -51,10 +51,11 @@ extension OperationQueue {
         // ready (it overrides nothing); with dependencies, A3 reads its count. Other
         // classes may override `isReady`, so ask them, after their count, here.
         // (Cancellation makes the base `isReady` true; a custom condition still holds.)
+        // A barrier's readiness is decided where it is linked (R10), so it is not asked.
         let hadDependencies = op.hadDependencies.load(ordering: .acquiring)
         let plain = op.isPlainClass
         let subclassWaits = hadDependencies && !plain && op.guarded.locked { $0.unfinished > 0 }
-        let readyNow = !subclassWaits && (plain || op.isReady)
+        let readyNow = !subclassWaits && (plain || isBarrier || op.isReady)
         #if DEBUG
         unsafe OperationSeams.reach(.registering, Dependents.key(op))
         #endif
