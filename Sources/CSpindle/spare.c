@@ -87,12 +87,15 @@
  *       work queued behind it gets a spare once the system allows one; meanwhile the
  *       work waits. The first refusal is said once, through the engine's log.
  *   MI1 The monitor sleeps only while every worker of every pool it watches is parked
- *       or retired (worker.c, W6): asleep, it would not see a running worker's task
- *       block. Whatever makes a worker run again pokes it after the count that says
- *       so — a wake (park.c, wake_then_poke), a retired worker's return (worker.c,
- *       retire), a new pool (spindle_monitor_register) — and the monitor announces
- *       that it sleeps before its last look at those counts, so either the look sees
- *       the worker or the poke sees the announcement.
+ *       or retired (worker.c, W6), and none is counted out: asleep, it would not see a
+ *       running worker's task block, nor try a counted-out worker's refused spare
+ *       again (C4). Whatever makes a worker run again pokes it after the count that
+ *       says so — a wake (park.c, wake_then_poke), a retired worker's return
+ *       (worker.c, retire), a new pool (spindle_monitor_register) — and the monitor
+ *       announces that it sleeps before its last look at those counts, so either the
+ *       look sees the worker or the poke sees the announcement. A worker is counted
+ *       out only while it runs, and moves between running and counted out under the
+ *       idle lock, under which the look reads both counts: it is seen in one of them.
  *
  * Models: Tests/Models/counted_out.pml checks C1 over every interleaving of a worker
  * (explicit sections, unannounced blocking, parking) and the monitor;
@@ -343,21 +346,37 @@ static bool thread_sleeps(int32_t tid) {
     return state == 'S' || state == 'D';
 }
 
+/* Whether `pool` has a worker for the monitor to watch (MI1): one unparked and not
+ * retired, or one counted out (C1), whose refused spare only the monitor tries again
+ * (C4). Sets *counted_any when a worker is counted out.
+ *
+ * The unparked count and `blocked` are read together under the idle lock, where every
+ * change to either is made. Read apart, a worker that counts itself out (unparked, then
+ * counted out, in one locked section) or back in between the two reads is seen in
+ * neither, and a monitor deciding whether to sleep would sleep while it runs or waits
+ * (Tests/Models/monitor_idle.pml). `retired` changes outside the lock, and a retired
+ * worker pokes the monitor once it counts itself back (MI1). */
+static bool pool_has_watch(spindle_pool *pool, bool *counted_any) {
+    /* A pool inherited through fork() has no threads here (pool.c). */
+    if (pool->forked) return false;
+    pthread_mutex_lock(&pool->idle.lock);
+    /* seq_cst: the monitor's side of MI1's pairing with a waker's RMW (monitor_main). */
+    uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_seq_cst);
+    *counted_any = pool->blocked != 0;
+    pthread_mutex_unlock(&pool->idle.lock);
+    /* Retired workers (worker.c, W6) count as unparked but run nothing. seq_cst: the
+     * monitor's side of the pairing with a retired worker's return, which decrements
+     * `retired`, then pokes. */
+    return *counted_any || SPINDLE_UNPARKED(s) > atomic_load_explicit(&pool->retired, memory_order_seq_cst);
+}
+
 /* One look at `pool`. Returns whether any worker runs (or is counted out); sets
  * *suspect when some worker is in the same task as at the last look. */
 static bool watch_pool(spindle_pool *pool, uint64_t elapsed_ns, bool *suspect) {
-    /* A pool inherited through fork() has no threads here (pool.c). */
-    if (pool->forked) return false;
-    uint64_t s = atomic_load_explicit(&pool->idle.state, memory_order_seq_cst);
+    bool counted_any;
+    if (!pool_has_watch(pool, &counted_any)) return false;
     /* Acquire pairs with the release that published each slot. */
     uint32_t nslots = atomic_load_explicit(&pool->nslots, memory_order_acquire);
-    pthread_mutex_lock(&pool->idle.lock);
-    bool counted_any = pool->blocked != 0;
-    pthread_mutex_unlock(&pool->idle.lock);
-    /* Retired workers (worker.c, W6) count as unparked but run nothing. Relaxed: a
-     * stale count costs one tick more or less. */
-    if (SPINDLE_UNPARKED(s) <= atomic_load_explicit(&pool->retired, memory_order_relaxed) && !counted_any)
-        return false;
     bool work = spindle_pool_has_pending_work(pool);
     for (uint32_t i = 0; i < nslots; i++) {
         spindle_worker *w = pool->workers[i];
@@ -417,16 +436,17 @@ static void *monitor_main(void *arg) {
             spindle_pools_follow_cpu_limit();
         woke = false;
         if (!active) {
-            /* Everyone is parked or retired: sleep until a worker runs again (MI1).
-             * Announce first, then look again (seq_cst, all three): a worker woken or
-             * resumed either sees the announcement and pokes, or did its count's RMW
-             * before our second look, which then sees it running. */
+            /* Everyone is parked or retired, and nobody is counted out: sleep until a
+             * worker runs again (MI1). Announce first, then look again (seq_cst, all
+             * three): a worker woken or resumed either sees the announcement and pokes,
+             * or did its count's RMW before our second look, which then sees it
+             * running. The second look asks what the first asked: a worker counted out
+             * since the first is watched. */
             atomic_store_explicit(&mon_idle, 1, memory_order_seq_cst);
-            bool again = false;
+            bool again = false, counted_any;
             pthread_mutex_lock(&mon_lock);
             for (spindle_pool *p = mon_pools; p && !again; p = p->monitor_next)
-                again = !p->forked && SPINDLE_UNPARKED(atomic_load_explicit(&p->idle.state, memory_order_seq_cst)) >
-                                          atomic_load_explicit(&p->retired, memory_order_seq_cst);
+                again = pool_has_watch(p, &counted_any);
             pthread_mutex_unlock(&mon_lock);
             if (!again) {
                 spindle_seam_count_monitor_nap(); /* test seams (seams.c): nothing in release builds */

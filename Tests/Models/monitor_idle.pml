@@ -22,17 +22,22 @@
  *   a worker: runs; at a safe point above the active limit it retires (retired += 1,
  *     still counted unparked), waits for the limit to rise, counts itself back
  *     (retired -= 1) and pokes; or it parks (under the lock, unparked -= 1) until a
- *     waker's token; or its task blocks for ever without saying so;
+ *     waker's token; or its task blocks for ever without saying so; or its task says
+ *     it blocks (spindle_blocking_begin: under the lock, unparked -= 1 and
+ *     blocked += 1), and then either blocks for ever, its spare refused, so that only
+ *     the monitor's tick tries the spare again (C4), or returns and counts itself back
+ *     in (under the lock, blocked -= 1 and unparked += 1) and runs on;
  *   the limiter (spindle_pool_set_active_workers: the monitor itself, following a CPU
  *     limit, or the C API): lowers the active limit to one worker and raises it back;
  *   the creator: the pool's workers start unparked; it registers the pool with the
  *     monitor, then pokes.
- * A worker that says it blocks is counted out (`blocked`), which keeps the monitor
- * awake on its own (watch_pool's `counted_any`, C4); that path is not modelled here.
+ * Both looks (pool_has_watch) read the unparked count and `blocked` together, under the
+ * idle lock, then `retired`.
  *
  * What is checked: when nothing can move, the monitor is asleep only if every worker of
- * the registered pool is parked or retired (MI1). A worker whose task blocks for ever
- * stays unparked and can no longer move, so a lost poke leaves exactly that state.
+ * the registered pool is parked or retired, and none is counted out (MI1). A worker
+ * whose task blocks for ever stays unparked, or counted out, and can no longer move, so
+ * a lost poke or a look that misses it leaves exactly that state.
  *
  * Mutants (scripts/model-check.sh makes sure each fails):
  *   -DMUTANT_NO_SECOND_LOOK   the monitor sleeps right after announcing.
@@ -40,6 +45,10 @@
  *   -DMUTANT_POKE_FIRST       a waker pokes before it counts the worker unparked.
  *   -DMUTANT_RESUME_QUIETLY   a retired worker resumes without poking.
  *   -DMUTANT_REGISTER_QUIETLY a new pool is registered without a poke.
+ *   -DMUTANT_SECOND_LOOK_UNPARKED_ONLY the look before sleeping asks only whether a
+ *                             worker is unparked, not whether one is counted out.
+ *   -DMUTANT_COUNTS_APART     a look reads the unparked count without the lock, then
+ *                             `blocked` under it.
  */
 #define WORKERS 2
 #define NOBODY 255
@@ -47,6 +56,7 @@
 bit registered = 0;       /* the pool is on the monitor's list (mon_pools) */
 byte unparked = WORKERS;  /* the idle word's unparked count: workers start unparked */
 byte retired = 0;         /* pool->retired */
+byte blocked = 0;         /* pool->blocked: workers counted out (C1) */
 bit limit_low = 0;        /* active_limit is 1: worker 1 retires at its next safe point */
 bit mon_idle = 0;         /* the monitor's announcement */
 bit msleep = 0;           /* the monitor asleep in FUTEX_WAIT on mon_idle */
@@ -70,29 +80,46 @@ inline poke() {
     fi
 }
 
-/* The monitor's look at its pools: the list under its lock, then the counts. */
-inline look() {
+/* The monitor's look at its pools (pool_has_watch): the list under its lock, then the
+ * counts. `second`: the look after the announcement. */
+inline look(second) {
     reg = registered;
+#ifdef MUTANT_COUNTS_APART
     u = unparked;
+    acquire();
+    b = blocked;
+    release();
+#else
+    acquire();
+    u = unparked;
+    b = blocked;
+    release();
+#endif
     r = retired;
-    busy = reg && u > r
+#ifdef MUTANT_SECOND_LOOK_UNPARKED_ONLY
+    if
+    :: second -> b = 0
+    :: else -> skip
+    fi;
+#endif
+    busy = reg && (b > 0 || u > r)
 }
 
 proctype Monitor() {
     bit reg, busy;
-    byte u, r;
+    byte u, b, r;
     do
-    :: look();
+    :: look(0);
        if
        :: busy -> skip                               /* a tick: watch_pool */
        :: else ->
 #ifdef MUTANT_LOOK_FIRST
-          look();
+          look(1);
           mon_idle = 1;
 #else
           mon_idle = 1;                              /* announce */
 #ifndef MUTANT_NO_SECOND_LOOK
-          look();                                    /* and look once more */
+          look(1);                                   /* and look once more */
 #else
           busy = 0;
 #endif
@@ -138,6 +165,22 @@ proctype Worker(byte id) {
           parked[id] = 1;
           release();
           atomic { token[id] == 1 -> token[id] = 0 }
+       :: id == 0 ->
+          /* a task that says it blocks: counted out (count_out). One worker is
+           * enough to show it; worker 1 is the one that retires. */
+          acquire();
+          unparked--;
+          blocked++;
+          release();
+          if
+          :: /* for ever: its spare refused, only the monitor tries it again */
+             break
+          :: /* it returns: counted back in (count_in), and runs on */
+             acquire();
+             blocked--;
+             unparked++;
+             release()
+          fi
        fi
     od
 }
@@ -205,5 +248,5 @@ init {
 /* MI1: when nothing can move, an asleep monitor has nothing to watch. (An awake monitor
  * can always move: it ticks, or goes to sleep.) */
 active proctype Final() {
-    timeout -> assert(!(msleep && registered && unparked > retired))
+    timeout -> assert(!(msleep && registered && (unparked > retired || blocked > 0)))
 }
