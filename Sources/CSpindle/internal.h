@@ -437,6 +437,16 @@ static inline void spindle_seam_count_monitor_nap(void) {
 static inline void spindle_seam_count_monitor_wake(void) {
     atomic_fetch_add_explicit(&spindle_test_monitor_wakes, 1, memory_order_relaxed);
 }
+/* While the gate is closed (not 0), the monitor, having found nothing to watch, stops
+ * before it announces its sleep (spare.c, MI1), counted in `monitor_gated`, until the
+ * test opens it: what the test does meanwhile falls between the monitor's two looks. */
+extern _Atomic uint32_t spindle_test_monitor_gate;
+extern _Atomic uint32_t spindle_test_monitor_gated;
+void spindle_seam_wait_at_monitor_gate(void);
+/* Relaxed: the wait re-reads the gate with acquire before the monitor goes on. */
+static inline void spindle_seam_monitor_gate(void) {
+    if (atomic_load_explicit(&spindle_test_monitor_gate, memory_order_relaxed)) spindle_seam_wait_at_monitor_gate();
+}
 /* How often an outside waiter's spin ended because its pool had every worker awake
  * (join.c, L3). Relaxed: a count a test polls. */
 extern _Atomic uint32_t spindle_test_spin_cuts;
@@ -468,6 +478,7 @@ static inline bool spindle_seam_thread_refused(uint32_t kind) {
 static inline void spindle_seam_hold(spindle_pool *pool) { (void)pool; }
 static inline void spindle_seam_count_monitor_nap(void) {}
 static inline void spindle_seam_count_monitor_wake(void) {}
+static inline void spindle_seam_monitor_gate(void) {}
 static inline void spindle_seam_count_spin_cut(void) {}
 static inline size_t spindle_seam_join_floor(void) { return 0; }
 static inline uint64_t spindle_seam_latch_wake_delay(void) { return 0; }

@@ -57,6 +57,19 @@ void spindle_seam_wait_at_refusal_gate(void) {
 _Atomic uint32_t spindle_test_monitor_naps;
 _Atomic uint32_t spindle_test_monitor_wakes;
 
+/* The monitor's gate between its look that finds nothing to watch and its announcement
+ * (spare.c, MI1). */
+_Atomic uint32_t spindle_test_monitor_gate;
+_Atomic uint32_t spindle_test_monitor_gated;
+
+void spindle_seam_wait_at_monitor_gate(void) {
+    /* Release, the count: the test that sees it knows the monitor has made its first
+     * look. Acquire, the gate: pairs with the test's release store that opens it. */
+    atomic_fetch_add_explicit(&spindle_test_monitor_gated, 1, memory_order_release);
+    while (atomic_load_explicit(&spindle_test_monitor_gate, memory_order_acquire) != 0)
+        spindle_futex_wait(&spindle_test_monitor_gate, 1);
+}
+
 /* How often an outside waiter cut its spin short (join.c, L3). */
 _Atomic uint32_t spindle_test_spin_cuts;
 

@@ -42,7 +42,8 @@
  *      it running or out of that task. A worker inside code of kind 1 is left to it.
  *      The tick is 1 ms while some worker sits in one task across ticks, 10 ms
  *      otherwise, and the monitor sleeps on a futex while every worker of every pool
- *      is parked or retired (MI1), so an idle process pays nothing for it.
+ *      is parked or retired and none is counted out (MI1), so an idle process pays
+ *      nothing for it.
  *
  * What a spare is. A worker in a slot after the pool's own (workers[nworkers...]),
  * made on first need and reused after its thread exits: started by the spawner, so it
@@ -102,7 +103,7 @@
  * Tests/Models/shutdown_spares.pml checks C2-C4 with a worker blocked on the work
  * queued behind it, a spare claimed, refused once, retried and retired, and a shutdown;
  * Tests/Models/monitor_idle.pml checks MI1 against wakes, a worker's retirement and
- * return, and a pool's registration.
+ * return, a worker counting itself out and back in, and a pool's registration.
  */
 #include "internal.h"
 
@@ -442,6 +443,7 @@ static void *monitor_main(void *arg) {
              * or did its count's RMW before our second look, which then sees it
              * running. The second look asks what the first asked: a worker counted out
              * since the first is watched. */
+            spindle_seam_monitor_gate(); /* test seams (seams.c): nothing in release builds */
             atomic_store_explicit(&mon_idle, 1, memory_order_seq_cst);
             bool again = false, counted_any;
             pthread_mutex_lock(&mon_lock);

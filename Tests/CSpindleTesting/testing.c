@@ -347,24 +347,48 @@ int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms) {
         }                                                                                          \
     } while (0)
 
-int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms) {
-    RUN_IN_FORKED_CHILD(timeout_ms);
+/* In the child: the rendezvous on a one-worker pool whose spares are refused until the
+ * first refusal; 0 when a spare then runs the second task during the first. With
+ * `between_monitor_looks`, the monitor is held at its gate (seams.c) from the moment it
+ * finds nothing to watch, the worker parked, until the first task has blocked and its
+ * spare has been refused: the monitor's look before it sleeps must see the worker
+ * counted out (spare.c, MI1), or nothing tries the spare again. */
+static int spare_allowed_again(bool between_monitor_looks) {
     refuse_spares(false);
+    if (between_monitor_looks) atomic_store_explicit(&spindle_test_monitor_gate, 1, memory_order_relaxed);
     spindle_pool *pool = one_worker_pool();
-    if (!pool) _exit(30);
+    if (!pool) return 30;
+    /* Acquire pairs with the monitor's count at its gate. */
+    if (between_monitor_looks)
+        WAIT_OR_EXIT(atomic_load_explicit(&spindle_test_monitor_gated, memory_order_acquire) != 0, 37);
     /* The first task waits for the second as an operation waits for one queued behind
      * it: only a spare can run the second. The patience only bounds a failing run. */
     static rendezvous r;
     r.patience_ms = 60000;
-    if (spindle_submit(pool, rendezvous_first, &r) != 0) _exit(31);
-    if (spindle_submit(pool, rendezvous_second, &r) != 0) _exit(32);
+    if (spindle_submit(pool, rendezvous_first, &r) != 0) return 31;
+    if (spindle_submit(pool, rendezvous_second, &r) != 0) return 32;
     /* The first refusal: the worker has blocked and claimed a spare in vain. */
     WAIT_OR_EXIT(atomic_load_explicit(&spindle_test_refusals, memory_order_relaxed) != 0, 33);
     atomic_store_explicit(&spindle_test_refused_threads, 0, memory_order_relaxed);
-    if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) _exit(34);
+    if (between_monitor_looks) {
+        /* Release pairs with the gate's acquire: the monitor goes on after the above. */
+        atomic_store_explicit(&spindle_test_monitor_gate, 0, memory_order_release);
+        spindle_futex_wake(&spindle_test_monitor_gate, INT_MAX);
+    }
+    if (spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) != 0) return 34;
     /* Acquire: after destroy joined the workers, but the loads need no more. */
-    if (!atomic_load_explicit(&r.second_ran, memory_order_acquire)) _exit(35);
-    _exit(atomic_load_explicit(&r.second_during_first, memory_order_relaxed) ? 0 : 36);
+    if (!atomic_load_explicit(&r.second_ran, memory_order_acquire)) return 35;
+    return atomic_load_explicit(&r.second_during_first, memory_order_relaxed) ? 0 : 36;
+}
+
+int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms) {
+    RUN_IN_FORKED_CHILD(timeout_ms);
+    _exit(spare_allowed_again(false));
+}
+
+int spindle_test_spare_allowed_again_between_monitor_looks_in_forked_child(uint32_t timeout_ms) {
+    RUN_IN_FORKED_CHILD(timeout_ms);
+    _exit(spare_allowed_again(true));
 }
 
 static _Atomic int first_may_return;

@@ -149,6 +149,14 @@ int spindle_test_refused_thread_in_forked_child(int kind, uint32_t timeout_ms);
  *  testing.c), 2 on timeout, 128 + signal, or -errno. */
 int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms);
 
+/** The same, with the monitor held from its look that finds the idle pool with nothing
+ *  to watch until the first task has blocked and its spare has been refused: the look
+ *  the monitor takes before it sleeps must see the worker counted out, or nothing tries
+ *  the spare again and the next task waits for the first. Returns as
+ *  spindle_test_spare_allowed_again_in_forked_child, or 37 when the monitor never
+ *  reached its gate. */
+int spindle_test_spare_allowed_again_between_monitor_looks_in_forked_child(uint32_t timeout_ms);
+
 /** Forks; in the child, a one-worker pool whose task blocks (saying so) claims a spare,
  *  which the system refuses only after the pool has begun to shut down, its worker has
  *  run everything and parked. The shutdown must still finish, and every task run.

@@ -122,6 +122,15 @@ final class FaultInjectionTests: XCTestCase {
         XCTAssertEqual(spindle_test_spare_allowed_again_in_forked_child(120_000), 0)
     }
 
+    /// The same, with the worker's blocking and the refusal placed between the monitor's
+    /// look that finds the idle pool with nothing to watch and its look before it sleeps
+    /// (spare.c, MI1): the second look must see the worker counted out and keep the
+    /// monitor awake, or nothing tries the spare again.
+    func testARefusedSpareIsTriedAgainWhenItsWorkerBlocksBetweenTheMonitorsLooks() throws {
+        if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
+        XCTAssertEqual(spindle_test_spare_allowed_again_between_monitor_looks_in_forked_child(120_000), 0)
+    }
+
     /// A spare claimed before a shutdown and refused by the system after the pool's last
     /// worker parked (shutdown step 4, spare.c): the refusal wakes the workers to look
     /// for quiescence again, so the shutdown finishes and every task has run.
