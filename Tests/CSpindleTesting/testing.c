@@ -475,9 +475,27 @@ int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_m
     WAIT_OR_EXIT(atomic_load_explicit(&pool->retired, memory_order_relaxed) == 1 &&
                      spindle_pool_parked(pool) == 1,
                  55);
-    WAIT_OR_EXIT(atomic_load_explicit(&spindle_test_monitor_naps, memory_order_relaxed) >
-                     atomic_load_explicit(&spindle_test_monitor_wakes, memory_order_relaxed),
-                 56);
+    for (int i = 0; atomic_load_explicit(&spindle_test_monitor_naps, memory_order_relaxed) <=
+                    atomic_load_explicit(&spindle_test_monitor_wakes, memory_order_relaxed);
+         i++) {
+        if (i == 60000) {
+            /* What the monitor's looks read (spare.c, pool_has_watch), for the report. */
+            pthread_mutex_lock(&pool->idle.lock);
+            uint64_t st = atomic_load_explicit(&pool->idle.state, memory_order_seq_cst);
+            uint32_t blocked = pool->blocked, spares = pool->spares_live;
+            pthread_mutex_unlock(&pool->idle.lock);
+            fprintf(stderr,
+                    "monitor awake: unparked %u, searching %u, retired %u, blocked %u, parked %u, spares %u, "
+                    "active limit %u, naps %u, wakes %u\n",
+                    SPINDLE_UNPARKED(st), SPINDLE_SEARCHING(st),
+                    atomic_load_explicit(&pool->retired, memory_order_relaxed), blocked, spindle_pool_parked(pool),
+                    spares, atomic_load_explicit(&pool->active_limit, memory_order_relaxed),
+                    atomic_load_explicit(&spindle_test_monitor_naps, memory_order_relaxed),
+                    atomic_load_explicit(&spindle_test_monitor_wakes, memory_order_relaxed));
+            _exit(56);
+        }
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
     uint32_t wakes = atomic_load_explicit(&spindle_test_monitor_wakes, memory_order_relaxed);
     /* Worker 1 runs again, and nothing else happens in the process: only its return
      * from retirement can wake the monitor (MI1). */
