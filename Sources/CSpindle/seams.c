@@ -46,11 +46,13 @@ _Atomic uint32_t spindle_test_refused_threads;
 _Atomic uint32_t spindle_test_refusals;
 _Atomic uint32_t spindle_test_refusal_gate;
 
-void spindle_seam_wait_at_refusal_gate(void) {
-    /* Acquire pairs with the test's release store that opens the gate. */
-    while (atomic_load_explicit(&spindle_test_refusal_gate, memory_order_acquire) != 0)
-        spindle_futex_wait(&spindle_test_refusal_gate, 1);
+/* Waits until the test opens `gate` (stores 0). Acquire pairs with the test's release
+ * store that opens it. */
+static void wait_until_open(_Atomic uint32_t *gate) {
+    while (atomic_load_explicit(gate, memory_order_acquire) != 0) spindle_futex_wait(gate, 1);
 }
+
+void spindle_seam_wait_at_refusal_gate(void) { wait_until_open(&spindle_test_refusal_gate); }
 
 /* How often the monitor has gone to sleep with nothing to watch, and come back (spare.c,
  * MI1): asleep while the first is ahead of the second. */
@@ -63,11 +65,9 @@ _Atomic uint32_t spindle_test_monitor_gate;
 _Atomic uint32_t spindle_test_monitor_gated;
 
 void spindle_seam_wait_at_monitor_gate(void) {
-    /* Release, the count: the test that sees it knows the monitor has made its first
-     * look. Acquire, the gate: pairs with the test's release store that opens it. */
+    /* Release: the test that sees the count knows the monitor has made its first look. */
     atomic_fetch_add_explicit(&spindle_test_monitor_gated, 1, memory_order_release);
-    while (atomic_load_explicit(&spindle_test_monitor_gate, memory_order_acquire) != 0)
-        spindle_futex_wait(&spindle_test_monitor_gate, 1);
+    wait_until_open(&spindle_test_monitor_gate);
 }
 
 /* How often an outside waiter cut its spin short (join.c, L3). */
