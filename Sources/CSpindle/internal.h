@@ -447,6 +447,18 @@ void spindle_seam_wait_at_monitor_gate(void);
 static inline void spindle_seam_monitor_gate(void) {
     if (atomic_load_explicit(&spindle_test_monitor_gate, memory_order_relaxed)) spindle_seam_wait_at_monitor_gate();
 }
+/* While the gate is closed (not 0), a pool's creator stops between the pool's entry in
+ * the registry and its entry in the monitor's list (pool.c), with the pool published in
+ * `registration_gated_pool`, until the test opens it: a fork() meanwhile copies a pool
+ * that is half registered. */
+extern _Atomic uint32_t spindle_test_registration_gate;
+extern _Atomic(spindle_pool *) spindle_test_registration_gated_pool;
+void spindle_seam_wait_at_registration_gate(spindle_pool *pool);
+/* Relaxed: the wait re-reads the gate with acquire before the creator goes on. */
+static inline void spindle_seam_registration_gate(spindle_pool *pool) {
+    if (atomic_load_explicit(&spindle_test_registration_gate, memory_order_relaxed))
+        spindle_seam_wait_at_registration_gate(pool);
+}
 /* How often an outside waiter's spin ended because its pool had every worker awake
  * (join.c, L3). Relaxed: a count a test polls. */
 extern _Atomic uint32_t spindle_test_spin_cuts;
@@ -479,6 +491,7 @@ static inline void spindle_seam_hold(spindle_pool *pool) { (void)pool; }
 static inline void spindle_seam_count_monitor_nap(void) {}
 static inline void spindle_seam_count_monitor_wake(void) {}
 static inline void spindle_seam_monitor_gate(void) {}
+static inline void spindle_seam_registration_gate(spindle_pool *pool) { (void)pool; }
 static inline void spindle_seam_count_spin_cut(void) {}
 static inline size_t spindle_seam_join_floor(void) { return 0; }
 static inline uint64_t spindle_seam_latch_wake_delay(void) { return 0; }

@@ -284,6 +284,7 @@ spindle_worker *spindle_create_spare_worker(spindle_pool *pool, uint32_t index) 
 /* Frees the workers created so far, spares included (each one's deque ring first: the
  * pointer to it is in the block), the idle state and the pool. */
 static void free_pool(spindle_pool *pool) {
+    /* Off the monitor's list before out of the registry (spindle_pool_create). */
     spindle_monitor_unregister(pool);
     registry_remove(pool);
     uint32_t nslots = atomic_load_explicit(&pool->nslots, memory_order_acquire);
@@ -524,8 +525,14 @@ int spindle_pool_create(const spindle_config *cfg_in, spindle_pool **out) {
     }
     spindle_pool *pool;
     if ((rc = make_pool(&cfg, &pp, &pool)) || (rc = start_pool(pool))) return rc;
-    spindle_monitor_register(pool);
+    /* The registry first, and out of it last (free_pool): every pool on the monitor's
+     * list is one that a fork() marks as inherited (mark_pools_forked). A child that
+     * forks while this thread stands between the two would otherwise have the monitor
+     * it starts watch a pool with no threads, whose workers the copy shows unparked:
+     * that monitor would never sleep (spare.c, MI1). */
     registry_add(pool);
+    spindle_seam_registration_gate(pool); /* test seams (seams.c): nothing in release builds */
+    spindle_monitor_register(pool);
     if (pp.limited && cfg.permanent) spindle_pool_set_active_workers(pool, pp.limited);
     *out = pool;
     return 0;

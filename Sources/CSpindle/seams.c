@@ -70,6 +70,16 @@ void spindle_seam_wait_at_monitor_gate(void) {
     wait_until_open(&spindle_test_monitor_gate);
 }
 
+/* A pool's creator's gate between its two registrations (pool.c, spindle_pool_create). */
+_Atomic uint32_t spindle_test_registration_gate;
+_Atomic(spindle_pool *) spindle_test_registration_gated_pool;
+
+void spindle_seam_wait_at_registration_gate(spindle_pool *pool) {
+    /* Release: the test that reads the pool sees it made and in the registry. */
+    atomic_store_explicit(&spindle_test_registration_gated_pool, pool, memory_order_release);
+    wait_until_open(&spindle_test_registration_gate);
+}
+
 /* How often an outside waiter cut its spin short (join.c, L3). */
 _Atomic uint32_t spindle_test_spin_cuts;
 

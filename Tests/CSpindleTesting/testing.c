@@ -504,6 +504,72 @@ int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_m
     _exit(0);
 }
 
+/* ---- a pool half registered at fork() (spindle_test_pool_half_registered_at_fork) ---- */
+
+static _Atomic int spinner_running, spinner_may_return;
+
+/* Keeps its worker running (unparked, never taken for blocked) until told, for at most
+ * 120 s. */
+static void spin_until_told(void *ctx, spindle_run_reason reason) {
+    (void)ctx;
+    (void)reason;
+    atomic_store_explicit(&spinner_running, 1, memory_order_relaxed);
+    uint64_t deadline = spindle_now_ns() + 120000000000ull;
+    while (!atomic_load_explicit(&spinner_may_return, memory_order_relaxed) && spindle_now_ns() < deadline)
+        sched_yield();
+}
+
+static void *create_one_worker_pool(void *out) {
+    *(spindle_pool **)out = one_worker_pool();
+    return NULL;
+}
+
+/* In the grandchild, forked while `half` stood between its registrations with its
+ * worker running: the copy of `half` has no threads here. The monitor this process
+ * starts with a pool of its own must go to sleep once that pool is idle, and `half`
+ * must refuse work as every inherited pool does. */
+static int monitor_sleeps_beside(spindle_pool *half) {
+    atomic_store_explicit(&spindle_test_registration_gate, 0, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_monitor_naps, 0, memory_order_relaxed);
+    atomic_store_explicit(&spindle_test_monitor_wakes, 0, memory_order_relaxed);
+    spindle_pool *pool = one_worker_pool();
+    if (!pool) return 65;
+    static _Atomic int ran;
+    if (spindle_submit(pool, count_in_child, (void *)&ran) != 0) return 66;
+    WAIT_OR_EXIT(atomic_load_explicit(&ran, memory_order_relaxed) == 1, 67);
+    WAIT_OR_EXIT(atomic_load_explicit(&spindle_test_monitor_naps, memory_order_relaxed) >
+                     atomic_load_explicit(&spindle_test_monitor_wakes, memory_order_relaxed),
+                 68);
+    if (spindle_submit(half, count_in_child, (void *)&ran) != ECHILD) return 69;
+    return spindle_pool_destroy(pool, SPINDLE_SHUTDOWN_DRAIN) == 0 ? 0 : 70;
+}
+
+int spindle_test_pool_half_registered_at_fork(uint32_t timeout_ms) {
+    RUN_IN_FORKED_CHILD(timeout_ms);
+    /* The child: one thread, no spawner and no monitor yet. Its first pool's creator
+     * stops between the pool's two registrations (seams.c). */
+    atomic_store_explicit(&spindle_test_registration_gate, 1, memory_order_relaxed);
+    pthread_t creator;
+    spindle_pool *made = NULL, *half = NULL;
+    if (pthread_create(&creator, NULL, create_one_worker_pool, &made) != 0) _exit(60);
+    /* Acquire pairs with the seam's release: the pool is made. */
+    WAIT_OR_EXIT((half = atomic_load_explicit(&spindle_test_registration_gated_pool, memory_order_acquire)), 61);
+    /* Its worker runs, so that any copy of this process shows it unparked. */
+    if (spindle_submit(half, spin_until_told, NULL) != 0) _exit(62);
+    WAIT_OR_EXIT(atomic_load_explicit(&spinner_running, memory_order_relaxed), 63);
+    pid_t grandchild = fork();
+    if (grandchild < 0) _exit(64);
+    if (grandchild == 0) _exit(monitor_sleeps_beside(half));
+    int status = wait_for_child(grandchild, 100000);
+    atomic_store_explicit(&spinner_may_return, 1, memory_order_relaxed);
+    /* Release pairs with the gate's acquire. */
+    atomic_store_explicit(&spindle_test_registration_gate, 0, memory_order_release);
+    spindle_futex_wake(&spindle_test_registration_gate, INT_MAX);
+    pthread_join(creator, NULL);
+    if (made != half || spindle_pool_destroy(made, SPINDLE_SHUTDOWN_DRAIN) != 0) _exit(71);
+    _exit(status);
+}
+
 /* spindle_test_outside_join_sleeps_when_pool_awake: the helper that lets the tasks
  * (yield_until_told, above) return once the outside join's wait has cut its spin, or
  * after 60 s, so that a wait that spins on still returns and the test reports it. */

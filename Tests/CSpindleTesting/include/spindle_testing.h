@@ -157,6 +157,15 @@ int spindle_test_spare_allowed_again_in_forked_child(uint32_t timeout_ms);
  *  reached its gate. */
 int spindle_test_spare_allowed_again_between_monitor_looks_in_forked_child(uint32_t timeout_ms);
 
+/** Forks; in the child, a thread creates a pool and is held between the pool's entry in
+ *  the registry of pools and its entry in the monitor's list, while the pool's worker
+ *  runs a task; the child then forks again. In that grandchild, where the copied pool
+ *  has no threads, the monitor started with a pool of the grandchild's own must go to
+ *  sleep once that pool is idle, and the copied pool must refuse work with ECHILD.
+ *  Returns 0 when both hold, another code naming the step that did not (see
+ *  testing.c: 68, the monitor never slept), 2 on timeout, 128 + signal, or -errno. */
+int spindle_test_pool_half_registered_at_fork(uint32_t timeout_ms);
+
 /** Forks; in the child, a one-worker pool whose task blocks (saying so) claims a spare,
  *  which the system refuses only after the pool has begun to shut down, its worker has
  *  run everything and parked. The shutdown must still finish, and every task run.
