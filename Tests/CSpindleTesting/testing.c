@@ -506,19 +506,6 @@ int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_m
 
 /* ---- a pool half registered at fork() (spindle_test_pool_half_registered_at_fork) ---- */
 
-static _Atomic int spinner_running, spinner_may_return;
-
-/* Keeps its worker running (unparked, never taken for blocked) until told, for at most
- * 120 s. */
-static void spin_until_told(void *ctx, spindle_run_reason reason) {
-    (void)ctx;
-    (void)reason;
-    atomic_store_explicit(&spinner_running, 1, memory_order_relaxed);
-    uint64_t deadline = spindle_now_ns() + 120000000000ull;
-    while (!atomic_load_explicit(&spinner_may_return, memory_order_relaxed) && spindle_now_ns() < deadline)
-        sched_yield();
-}
-
 static void *create_one_worker_pool(void *out) {
     *(spindle_pool **)out = one_worker_pool();
     return NULL;
@@ -554,14 +541,15 @@ int spindle_test_pool_half_registered_at_fork(uint32_t timeout_ms) {
     if (pthread_create(&creator, NULL, create_one_worker_pool, &made) != 0) _exit(60);
     /* Acquire pairs with the seam's release: the pool is made. */
     WAIT_OR_EXIT((half = atomic_load_explicit(&spindle_test_registration_gated_pool, memory_order_acquire)), 61);
-    /* Its worker runs, so that any copy of this process shows it unparked. */
-    if (spindle_submit(half, spin_until_told, NULL) != 0) _exit(62);
-    WAIT_OR_EXIT(atomic_load_explicit(&spinner_running, memory_order_relaxed), 63);
+    /* Its worker runs (yield_until_told, above), so that any copy of this process shows
+     * it unparked. */
+    if (spindle_submit(half, yield_until_told, NULL) != 0) _exit(62);
+    WAIT_OR_EXIT(atomic_load_explicit(&both_running, memory_order_relaxed) == 1, 63);
     pid_t grandchild = fork();
     if (grandchild < 0) _exit(64);
     if (grandchild == 0) _exit(monitor_sleeps_beside(half));
     int status = wait_for_child(grandchild, 100000);
-    atomic_store_explicit(&spinner_may_return, 1, memory_order_relaxed);
+    atomic_store_explicit(&both_may_return, 1, memory_order_relaxed);
     /* Release pairs with the gate's acquire. */
     atomic_store_explicit(&spindle_test_registration_gate, 0, memory_order_release);
     spindle_futex_wake(&spindle_test_registration_gate, INT_MAX);
