@@ -1,4 +1,5 @@
 import CSpindle
+import CSpindleTesting
 import Foundation
 import Glibc
 import Synchronization
@@ -77,6 +78,17 @@ final class ForkTests: XCTestCase {
         }
         XCTAssertEqual(status, 0, "the child failed at step \(status) (124: it hung)")
         try before.shutdown()
+    }
+
+    /// A process can fork while another of its threads is creating a pool. In the child
+    /// that copy has no threads: it must count as inherited (refusing work), and the
+    /// monitor the child starts must not watch it, or it would see a worker that never
+    /// parks and never sleep.
+    func testAPoolBeingCreatedAtForkIsInheritedAndUnwatchedInTheChild() throws {
+        if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
+        let status = spindle_test_pool_half_registered_at_fork(120_000)
+        XCTAssertEqual(status, 0, [68: "the child's monitor never slept: it watches the copied pool",
+                                   69: "the copied pool accepted work"][status] ?? "child status \(status)")
     }
 
     func testAChildThatExecsIsUnaffected() throws {

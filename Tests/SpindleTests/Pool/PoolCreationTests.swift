@@ -156,17 +156,6 @@ final class PoolCreationTests: XCTestCase {
         XCTAssertEqual(spindle_test_pool_in_forked_child(10_000), 0)
     }
 
-    /// A process can fork while another of its threads is creating a pool. In the child
-    /// that copy has no threads: it must count as inherited (refusing work), and the
-    /// monitor the child starts must not watch it, or it would see a worker that never
-    /// parks and never sleep.
-    func testAPoolBeingCreatedAtForkIsInheritedAndUnwatchedInTheChild() throws {
-        if Stress.isTSan { throw XCTSkip("ThreadSanitizer does not allow threads after fork") }
-        let status = spindle_test_pool_half_registered_at_fork(120_000)
-        XCTAssertEqual(status, 0, [68: "the child's monitor never slept: it watches the copied pool",
-                                   69: "the copied pool accepted work"][status] ?? "child status \(status)")
-    }
-
     /// The monitor is started with the first pool, from whatever thread makes it. It must
     /// still run at the process's own nice, policy and CPUs, as the spawner and the
     /// workers do (spawn.c), not at those of a demoted, pinned creator. A fresh process
