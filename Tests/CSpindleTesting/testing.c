@@ -442,6 +442,12 @@ int spindle_test_spare_refused_during_shutdown_in_forked_child(uint32_t timeout_
  * run the other task. */
 static _Atomic int both_running, both_may_return;
 
+/* Every test that uses them starts here: the parent process may have run another. */
+static void yielders_reset(void) {
+    atomic_store_explicit(&both_running, 0, memory_order_relaxed);
+    atomic_store_explicit(&both_may_return, 0, memory_order_relaxed);
+}
+
 static void yield_until_told(void *ctx, spindle_run_reason reason) {
     (void)ctx;
     (void)reason;
@@ -456,6 +462,7 @@ int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_m
     /* The counts as the parent's monitor left them: from here, the child's own. */
     atomic_store_explicit(&spindle_test_monitor_naps, 0, memory_order_relaxed);
     atomic_store_explicit(&spindle_test_monitor_wakes, 0, memory_order_relaxed);
+    yielders_reset();
     /* A process-wide kind of pool: only those follow an active limit (W6). */
     spindle_config cfg;
     spindle_config_init(&cfg);
@@ -535,6 +542,7 @@ int spindle_test_pool_half_registered_at_fork(uint32_t timeout_ms) {
     RUN_IN_FORKED_CHILD(timeout_ms);
     /* The child: one thread, no spawner and no monitor yet. Its first pool's creator
      * stops between the pool's two registrations (seams.c). */
+    yielders_reset();
     atomic_store_explicit(&spindle_test_registration_gate, 1, memory_order_relaxed);
     pthread_t creator;
     spindle_pool *made = NULL, *half = NULL;
@@ -572,8 +580,7 @@ static void *release_after_spin_cut(void *arg) {
 static void offered_nothing(void *ctx) { (void)ctx; }
 
 int spindle_test_outside_join_sleeps_when_pool_awake(void) {
-    atomic_store_explicit(&both_running, 0, memory_order_relaxed);
-    atomic_store_explicit(&both_may_return, 0, memory_order_relaxed);
+    yielders_reset();
     spindle_config cfg;
     spindle_config_init(&cfg);
     cfg.workers = 2;
