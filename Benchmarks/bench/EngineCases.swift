@@ -5,6 +5,10 @@ import Synchronization
 
 /// Counts down from `n`; the thread that reaches zero signals one waiter.
 final class Countdown: Sendable {
+    /// Keeps `remaining` off the cache line of the object's header, whose reference
+    /// count the adding thread changes as it makes and frees blocks that capture the
+    /// countdown, while the workers that run them decrement `remaining`.
+    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     let remaining: Atomic<Int>
     let done = DispatchSemaphore(value: 0)
     init(_ n: Int) { remaining = Atomic(n) }
