@@ -135,7 +135,7 @@ extension OperationQueue {
             let quiet = unsafe s.watch == s.nextOrder
             let released = unsafe quiet ? s.releaseFinished() : nil
             let running = counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask
-            let listed = unsafe s.linked > unfinishedCount
+            let listed = unsafe s.linked > unfinishedCount || s.pacedCount != 0
             // Finished operations still listed (one whose runner was still returning
             // from it, say): on. Otherwise, while some run, on in direct mode only, where
             // a finish may take no lock; out of it every finish takes the lock and arms
