@@ -14,12 +14,9 @@
  *     (CR4);
  *   the adding thread, under the queue's lock, at any moment: a prune, which takes
  *     the operation off the list only if it is done and its runner is done (a load of
- *     the runner's bit) and paces it (`State.paced`); a later add, under the lock,
- *     takes it from there, and releases it after unlocking;
+ *     the runner's bit) and then releases it;
  *   a drain (the finisher that reads zero, here the runner or another thread), under
- *     the queue's lock, once the operation is done: takes it if it is paced, counted
- *     in `releasing` as a releaser (it releases it after unlocking, then counts itself
- *     out and lets the wait return if it was the last); else unlinks it (writes to it), then
+ *     the queue's lock, once the operation is done: unlinks it (writes to it), then
  *     loads the runner's bit, and if it is clear, one RMW setting the drain's bit (with
  *     `reports`: the operation is a plain one); if the runner's bit was set, the
  *     reference is the drain's to release, else the runner's. Then the queue's wait: it returns at once if nothing is left
@@ -29,8 +26,7 @@
  *     last, and drops that reference (OperationQueue.drainedOperationReleased).
  *
  * What is checked: every touch finds the operation alive; it is released at most once,
- * and when nothing can move, it has been released unless the list still links it or
- * it is still paced with no drain after it.
+ * and when nothing can move, it has been released unless the list still links it.
  * The queue's wait returns only once the operation has been released, and after a
  * drain it does return; the queue is touched only while referenced, and once drained
  * and with nothing left to do, nothing refers to it.
@@ -43,19 +39,15 @@
  *   -DMUTANT_WAIT_AT_DRAIN         the wait returns at the drain, whoever releases.
  *   -DMUTANT_REPORT_UNREFERENCED   the drain drops the queue's reference to itself even
  *                                  when a runner will report to the queue.
- *   -DMUTANT_DRAIN_KEEPS_PACED     the drain leaves a paced operation for a later add.
- *   -DMUTANT_PACED_UNCOUNTED       the drain releases a paced operation without counting
- *                                  itself in `releasing`: the wait returns before it has.
  */
 bit lock = 0;
 bit done = 0;          /* queueSync.done */
 bit runnerBit = 0;     /* runState & runnerDone */
 bit listBit = 0;       /* runState & listGone */
 bit linked = 1;        /* on the queue's list */
-bit paced = 0;         /* off the list, waiting in State.paced to be released */
 byte released = 0;     /* ghost: releases of the list's reference */
 byte releasing = 0;    /* the queue's count of runners yet to report */
-bit drained = 0;       /* a drain has let go of the operation (unlinked, or paced) */
+bit drained = 0;       /* the drain has unlinked the operation */
 bit woken = 0;         /* the queue's wait has returned */
 byte queueRefs = 1;    /* references to the queue: its own to itself, until the drain */
 
@@ -67,30 +59,11 @@ inline touchQueue() { assert(queueRefs > 0) }
 inline wake() { woken = 1 }
 
 /* The drain, under the lock: unlinkAll's step for this operation, then the wait's
- * return or the count of the runner left to report. `before`, `mine`, `handed` and
- * `flushed` are the caller's: `mine`, this caller drained; `handed`, the queue's
- * reference to itself went to the runner, else this caller drops it after unlocking;
- * `flushed`, it took the operation from the paced ones and releases it once unlocked
- * (`afterDrain`). */
+ * return or the count of the runner left to report. `before`, `mine` and `handed` are
+ * the caller's: `mine`, this caller drained; `handed`, the queue's reference to itself
+ * went to the runner, else this caller drops it after unlocking. */
 inline drain() {
     if
-    :: paced && done ->                              /* flushPaced */
-       touchQueue();
-#ifdef MUTANT_DRAIN_KEEPS_PACED
-       skip;
-#else
-       paced = 0;
-       flushed = 1;
-       drained = 1;
-#ifndef MUTANT_PACED_UNCOUNTED
-       releasing++;
-#endif
-#endif
-       mine = 1;
-       if
-       :: releasing == 0 -> wake()
-       :: else -> skip
-       fi
     :: linked && done ->
        touchQueue();
        touch();                                      /* detach: writes to it */
@@ -124,25 +97,6 @@ inline drain() {
     fi
 }
 
-/* After unlocking, for a drain that took a paced operation: releases it, then counts
- * itself out (doneReleasing) and lets the wait return if it was the last. */
-inline afterDrain() {
-    if
-    :: flushed ->
-       release();
-       lock_();
-#ifndef MUTANT_PACED_UNCOUNTED
-       releasing--;
-#endif
-       if
-       :: releasing == 0 -> wake()
-       :: else -> skip
-       fi;
-       unlock_()
-    :: else -> skip
-    fi
-}
-
 /* After unlocking: the queue's reference to itself, unless the runner has it. */
 inline dropSelf() {
     if
@@ -152,7 +106,7 @@ inline dropSelf() {
 }
 
 proctype Runner() {
-    bit before, drains, mine, handed, flushed;
+    bit before, drains, mine, handed;
     touch();                                         /* start(), main() */
     done = 1;                                        /* its finish */
     if
@@ -160,7 +114,7 @@ proctype Runner() {
     :: drains = 0
     fi;
     if
-    :: drains -> lock_(); drain(); unlock_(); afterDrain(); dropSelf()
+    :: drains -> lock_(); drain(); unlock_(); dropSelf()
     :: else -> skip
     fi;
     touch();                                         /* the runner's epilogue */
@@ -194,7 +148,7 @@ proctype Runner() {
 }
 
 proctype Other() {
-    bit before, prune, mine, handed, flushed, popped;
+    bit before, prune, mine, handed;
     if
     :: prune = 1                                     /* the adding thread's prune */
     :: prune = 0                                     /* a drain by another finisher */
@@ -204,35 +158,19 @@ proctype Other() {
     :: prune ->
 #ifdef MUTANT_PRUNE_IGNORES_RUNNER
        if
-       :: linked && done -> touch(); linked = 0; paced = 1
+       :: linked && done -> touch(); linked = 0; release()
        :: else -> skip
        fi
 #else
        if
-       :: linked && done && runnerBit -> touch(); linked = 0; paced = 1
+       :: linked && done && runnerBit -> touch(); linked = 0; release()
        :: else -> skip
        fi
 #endif
     :: else -> drain()
     fi;
     unlock_();
-    afterDrain();
-    dropSelf();
-    /* The adding thread's next add: releasePaced under the lock, the release after. */
-    if
-    :: prune ->
-       lock_();
-       if
-       :: paced -> paced = 0; popped = 1
-       :: else -> skip
-       fi;
-       unlock_();
-       if
-       :: popped -> release()
-       :: else -> skip
-       fi
-    :: else -> skip
-    fi
+    dropSelf()
 }
 
 init {
@@ -248,6 +186,6 @@ active proctype Waiter() {
 /* When nothing can move, an operation off the list has been released (a list that still
  * links it still holds its reference). */
 active proctype Final() {
-    timeout -> assert(linked || (paced && !drained) || released == 1);
+    timeout -> assert(linked || released == 1);
     assert(!drained || (woken && queueRefs == 0))
 }

@@ -114,33 +114,6 @@ final class QueueLifetimeTests: XCTestCase {
         }
     }
 
-    /// What the adds' prunes took off the list and release one per add (`State.paced`)
-    /// is let go of once nothing is added, while a long operation keeps the queue from
-    /// draining.
-    func testWhatThePrunesPaceIsLetGoOfOnceNothingIsAdded() {
-        for width in [OperationQueue.defaultMaxConcurrentOperationCount, 2] {
-            let q = OperationQueue()
-            q.maxConcurrentOperationCount = width
-            let gate = DispatchSemaphore(value: 0)
-            q.addOperation { gate.wait() }
-            var weaks: [Weak<Captured>] = []
-            // Batches, each run before the next is added: the later batches' adds find
-            // more than 64 finished operations listed, which their prunes take off the
-            // list and pace.
-            for _ in 0..<4 {
-                let (batch, ran) = addShortOperations(200, to: q)
-                ran.wait()
-                weaks += batch
-            }
-            XCTAssertTrue(eventually(within: 30) { weaks.allSatisfy { $0.value == nil } },
-                          "width \(width): \(weaks.filter { $0.value != nil }.count) finished operations "
-                          + "kept alive while the long one ran")
-            XCTAssertEqual(q.operationCount, 1)
-            gate.signal()
-            q.waitUntilAllOperationsAreFinished()
-        }
-    }
-
     /// Adds `n` operations that each capture an object, watched through the weak
     /// references returned, and leave the group returned once run.
     private func addShortOperations(_ n: Int, to q: OperationQueue) -> ([Weak<Captured>], DispatchGroup) {

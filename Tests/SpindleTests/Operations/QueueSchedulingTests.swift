@@ -153,12 +153,11 @@ final class QueueSchedulingTests: XCTestCase {
         while q.operationCount > 1 { usleep(1000) }
         XCTAssertEqual(q.operations.count, 1, "finished operations are still listed")
         XCTAssertTrue(q.operations.first === blocker)
-        // The queue prunes what finished as operations are added, releasing what a prune
-        // takes one or two per add: it may hold a bounded number of finished ones (twice
-        // the unfinished plus 256 listed, and those waiting for their release), never
-        // all of them. (A check behind the pool's queued work, once the newest finished
-        // with nothing added after it, or the queue's watch, may have taken them and be
-        // releasing them on a worker: waited for.)
+        // The queue prunes what finished as operations are added: it may hold a bounded
+        // number of finished ones (twice the unfinished plus 256), never all of them.
+        // (A check behind the pool's queued work may have taken them first, once the
+        // newest finished with nothing added after it, and be releasing them on a
+        // worker: waited for.)
         q.addOperation {}
         q.addOperation {}
         XCTAssertTrue(eventually { counter.released.load(ordering: .relaxed) >= n - (2 * 3 + 256) },
@@ -248,6 +247,188 @@ final class QueueSchedulingTests: XCTestCase {
         var spins = 0
         while weak.value != nil && spins < 5000 { usleep(1000); spins += 1 }
         XCTAssertNil(weak.value, "the runner did not release the reference the drain left it")
+    }
+
+    func testTheListReleasesAStartedOperationOnlyOnceItsRunnerIsDone() {
+        // The protocol behind the test above, step by step and without the scheduler (a
+        // debug build's extra retains around `start()` can hide an early release there).
+        // The queue the runner reports to once it has released what a drain left it: the
+        // drain counts the operation in `releasing` and gives the runner a reference.
+        let queue = OperationQueue()
+        let unmanagedQueue = Unmanaged.passUnretained(queue)
+        for runnerFirst in [false, true] {
+            let weak = Weak<Operation>()
+            var state = OperationQueue.State(name: "drain-protocol")
+            let u = Unmanaged<Operation>.passRetained(BlockOperation {}) // the list's reference
+            u.withGuaranteedReference { op in
+                weak.value = op
+                state.link(u, op)
+                op.setQueueRun(.started)
+            }
+            if runnerFirst { ChainRunner.runnerDone(u, queue: unmanagedQueue) }
+            var released: Unmanaged<Operation>? = nil
+            let leftToRunner = state.unlinkAll(onto: &released)
+            XCTAssertEqual(leftToRunner, runnerFirst ? 0 : 1)
+            XCTAssertEqual(state.linked, 0)
+            XCTAssertNil(state.head)
+            if runnerFirst {
+                XCTAssertNotNil(released, "the runner was done: the drain releases the operation")
+                OperationQueue.release(released)
+                XCTAssertNil(weak.value)
+            } else {
+                XCTAssertNil(released, "the drain released an operation its runner still borrows")
+                XCTAssertNotNil(weak.value)
+                queue.state.locked { $0.releasing += 1 }
+                _ = unmanagedQueue.retain()
+                ChainRunner.runnerDone(u, queue: unmanagedQueue)
+                XCTAssertNil(weak.value, "the runner did not release the reference the drain left it")
+                XCTAssertEqual(queue.state.locked { $0.releasing }, 0, "the runner did not report its release")
+            }
+        }
+        // Pruning takes only operations whose runner is done, however many have finished.
+        var state = OperationQueue.State(name: "prune-protocol")
+        var ops: [Unmanaged<Operation>] = []
+        for _ in 0..<400 {
+            let u = Unmanaged<Operation>.passRetained(BlockOperation {})
+            u.withGuaranteedReference { op in
+                state.link(u, op)
+                op.setQueueRun(.started)
+                op.queueSync.done.store(true, ordering: .releasing)
+            }
+            ops.append(u)
+        }
+        var released: Unmanaged<Operation>? = nil
+        state.prune(unfinished: 0, onto: &released)
+        XCTAssertNil(released, "pruned operations whose runners still borrow them")
+        XCTAssertEqual(state.linked, 400)
+        for u in ops { ChainRunner.runnerDone(u, queue: unmanagedQueue) }
+        state.prune(unfinished: 0, onto: &released)
+        XCTAssertEqual(state.linked, 0, "finished operations whose runners are done stay linked")
+        OperationQueue.release(released)
+    }
+
+    func testPrunedAndDrainedOperationsAreReleasedOldestFirst() {
+        // Finished operations are released in the order they were added, by a prune's
+        // sweep and by a drain alike, as Foundation releases each as it finishes: deinits
+        // that run the program's code see that order, and the allocator merges the freed
+        // memory below the top of the adding thread's heap instead of giving that top
+        // back to the kernel a page at a time (QueueRegistry.swift, `ReleaseChain`).
+        final class Tag: Sendable {
+            let index: Int, log: Log
+            init(_ index: Int, _ log: Log) { self.index = index; self.log = log }
+            deinit { log.add("\(index)") }
+        }
+        for drain in [false, true] {
+            let log = Log()
+            var state = OperationQueue.State(name: drain ? "drain-order" : "prune-order")
+            for i in 0..<400 {
+                let tag = Tag(i, log)
+                let u = Unmanaged<Operation>.passRetained(BlockOperation { _ = tag })
+                u.withGuaranteedReference { op in
+                    state.link(u, op)
+                    op.queueSync.done.store(true, ordering: .releasing)
+                }
+            }
+            var released: Unmanaged<Operation>? = nil
+            // 400 finished and none unfinished: the prune takes two, then sweeps the rest.
+            if drain { _ = state.unlinkAll(onto: &released) } else { state.prune(unfinished: 0, onto: &released) }
+            XCTAssertEqual(state.linked, 0)
+            OperationQueue.release(released)
+            XCTAssertEqual(log.all, (0..<400).map { "\($0)" },
+                           "\(drain ? "a drain" : "a prune") released finished operations out of order")
+        }
+    }
+
+    func testTheListKeepsAnOperationWhileAReadyRingHoldsIt() {
+        // The ready rings hold operations unretained; an operation that finishes
+        // without starting while it waits there (one of a class that reports itself
+        // finished: `retired`) stays in its ring until a scheduling pass skips it. Step
+        // by step, without the scheduler: pruning must not release it meanwhile, and a
+        // drain empties the rings before it releases.
+        var state = OperationQueue.State(name: "ring-protocol")
+        var weaks: [Weak<Operation>] = []
+        for _ in 0..<400 {
+            let u = Unmanaged<Operation>.passRetained(BlockOperation {}) // the list's reference
+            u.withGuaranteedReference { op in
+                weaks.append(Weak(op))
+                state.link(u, op)
+                state.push(op)
+                op.queueFields.retired = true
+                op.queueSync.done.store(true, ordering: .releasing)
+            }
+        }
+        var released: Unmanaged<Operation>? = nil
+        state.prune(unfinished: 0, onto: &released)
+        XCTAssertNil(released, "pruned operations a ready ring still holds")
+        XCTAssertEqual(state.linked, 400)
+        XCTAssertFalse(state.readyIsEmpty)
+        _ = state.unlinkAll(onto: &released)
+        XCTAssertTrue(state.readyIsEmpty, "the drain left unretained operations in the rings")
+        XCTAssertEqual(state.linked, 0)
+        OperationQueue.release(released)
+        released = nil
+        XCTAssertTrue(weaks.allSatisfy { $0.value == nil }, "the drain kept operations alive")
+
+        // Popped from its ring (skipped: it is retired), an operation may be pruned.
+        let u = Unmanaged<Operation>.passRetained(BlockOperation {})
+        let weak = Weak<Operation>()
+        u.withGuaranteedReference { op in
+            weak.value = op
+            state.link(u, op)
+            state.push(op)
+            op.queueFields.retired = true
+            op.queueSync.done.store(true, ordering: .releasing)
+        }
+        let counts = Atomic<UInt64>(0)
+        XCTAssertTrue(state.takeStartable(counts).isEmpty, "a retired operation was started")
+        XCTAssertTrue(state.readyIsEmpty)
+        for _ in 0..<300 {
+            let filler = Unmanaged<Operation>.passRetained(BlockOperation {})
+            filler.withGuaranteedReference { state.link(filler, $0) }
+        }
+        state.prune(unfinished: 300, onto: &released)
+        state.prune(unfinished: 0, onto: &released)
+        OperationQueue.release(released)
+        XCTAssertNil(weak.value, "a retired operation out of its ring was never pruned")
+        XCTAssertEqual(state.linked, 300)
+        released = nil
+        _ = state.unlinkAll(onto: &released)
+        OperationQueue.release(released)
+    }
+
+    func testOperationsFinishedInTheirReadyRingAreSkippedAfterThePruneThatFollows() {
+        // The same, through the queue: on a serial queue, operations wait in their ring
+        // behind a running one; operations of a class that reports itself finished
+        // before it starts finish there without starting; the adds that follow prune
+        // the list (it then holds far more finished operations than unfinished ones);
+        // the next scheduling pass must still find the ring's entries alive, and skip
+        // them. Under AddressSanitizer an early release is a use-after-free here.
+        final class FinishesItself: FinishesOnItsOwn, @unchecked Sendable {
+            let counter: ReleaseCounter
+            init(_ counter: ReleaseCounter) { self.counter = counter }
+            deinit { counter.released.add(1, ordering: .relaxed) }
+            override func main() { XCTFail("an operation that had finished was started") }
+        }
+        let q = OperationQueue()
+        q.maxConcurrentOperationCount = 1
+        let counter = ReleaseCounter(), laterRan = ReleaseCounter()
+        let gate = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        q.addOperation { started.signal(); gate.wait() }
+        started.wait()
+        for _ in 0..<400 {
+            // Only the queue holds it once this iteration ends.
+            let op = FinishesItself(counter)
+            q.addOperation(op)
+            op.finishWithoutStarting()
+        }
+        // (A counter that is a class: an escaping closure cannot capture an Atomic.)
+        for _ in 0..<20 { q.addOperation { _ = laterRan.released.add(1, ordering: .relaxed) } }
+        gate.signal()
+        q.waitUntilAllOperationsAreFinished()
+        XCTAssertEqual(laterRan.released.load(ordering: .relaxed), 20)
+        XCTAssertEqual(counter.released.load(ordering: .relaxed), 400, "the drained queue kept finished operations")
+        XCTAssertEqual(q.operationCount, 0)
     }
 
     func testQueuesDroppedWhileTheirOperationsFinishAreFreedAfterTheLastOne() {

@@ -18,8 +18,7 @@ import Synchronization
 // what finished before them until its next add. References are
 // released outside the lock, oldest first, in a chain built through `QueueFields.next`
 // (`ReleaseChain`, `OperationQueue.release`), because a release may run a deinit and
-// user code; what a prune unlinks waits in the same kind of chain (`State.paced`) and
-// is released one or two per add, as the adds allocate (`prune`).
+// user code.
 //
 // Rejected: keeping the operations the block form makes for reuse. Nothing outside the
 // queue can reach them, so a finished one could be reset and handed to the next block
@@ -28,6 +27,13 @@ import Synchronization
 // collects them on a worker, far from the threads that add; and every stored property
 // of `Operation` would have a second place to be initialised in. With one adding thread
 // the operation path got somewhat faster, with sixteen it got slower.
+//
+// Rejected: pacing what a prune unlinks, released one per add rather than all at once,
+// so that the adding thread's frees keep glibc's thread cache stocked for its mallocs.
+// The adding thread's slow-path mallocs fell by more than half, but what it no longer
+// freed went to the drains on the workers, into glibc's arena locks: faster in
+// `operation-throughput`, slower in `contended` at one and sixteen submitters
+// (docs/performance.md).
 
 extension OperationQueue.State {
     /// Appends `op` to the list, which takes over the reference `u` holds.
@@ -106,54 +112,17 @@ extension OperationQueue.State {
     /// from its slow path (a thread cache that only allocates never gets memory back).
     /// The lag also keeps this thread from reading lines the workers still write.
     ///
-    /// What it unlinks is not released at once but paced (`paced`): one per add, two
-    /// while more than 64 wait. glibc's thread cache keeps only 7 free chunks of a
-    /// size; a sweep's hundreds, freed together, would overflow it into the arena's
-    /// bins, and the adds after it would allocate from there, through glibc's slow
-    /// path. Released one per add, each operation's memory is back in the cache before
-    /// the next add allocates. Two while many wait, so that a backlog from sweeps that
-    /// unlink faster than operations are added (a queue catching up) shrinks. A drain,
-    /// and a queue gone quiet, release them all (`unlinkAll`, `releaseFinished`).
-    ///
     /// Inlined into the add: a list no longer than its unfinished operations and 64
-    /// (operations added faster than they run, a graph built before it runs), with
-    /// nothing paced, is left as it is, without a call. That bound is below the
-    /// sweep's, so nothing is missed.
+    /// (operations added faster than they run, a graph built before it runs) is left
+    /// as it is, without a call. That bound is below the sweep's, so nothing is missed.
     @inline(__always)
     mutating func prune(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
-        if unsafe linked > unfinished + 64 { unsafe pruneLong(unfinished: unfinished) }
-        if unsafe pacedCount != 0 { unsafe releasePaced(onto: &released) }
+        if unsafe linked > unfinished + 64 { unsafe pruneLong(unfinished: unfinished, onto: &released) }
     }
 
-    /// Moves one paced operation (two while more than 64 wait), oldest first, in front
-    /// of `released`.
     @inline(never)
-    private mutating func releasePaced(onto released: inout Unmanaged<Operation>?) {
+    private mutating func pruneLong(unfinished: Int, onto released: inout Unmanaged<Operation>?) {
         var chain = unsafe ReleaseChain()
-        var n = unsafe pacedCount > 64 ? 2 : 1
-        while n > 0, let u = unsafe paced.popFirst() {
-            unsafe chain.append(u)
-            unsafe pacedCount -= 1
-            n -= 1
-        }
-        unsafe chain.prepend(onto: &released)
-    }
-
-    /// Moves every paced operation in front of `released`.
-    mutating func flushPaced(onto released: inout Unmanaged<Operation>?) {
-        unsafe paced.prepend(onto: &released)
-        unsafe pacedCount = 0
-    }
-
-    /// Unlinks what `prune` may let go of onto `paced`.
-    @inline(never)
-    private mutating func pruneLong(unfinished: Int) {
-        let before = unsafe linked
-        var chain = unsafe ReleaseChain()
-        defer {
-            unsafe paced.append(contentsOf: &chain)
-            unsafe pacedCount += unsafe before - linked
-        }
         var cursor = unsafe head, steps = 0, unlinked = 0
         while let u = unsafe cursor, steps < 4, unlinked < 2 {
             unsafe cursor = unsafe u.withGuaranteedReference { op in
@@ -167,6 +136,7 @@ extension OperationQueue.State {
             steps += 1
         }
         if unsafe linked > 2 * unfinished + 256 { unsafe sweep(onto: &chain) }
+        unsafe chain.prepend(onto: &released)
     }
 
     /// Unlinks, onto `chain`, every operation on the list that it may let go now
@@ -200,8 +170,6 @@ extension OperationQueue.State {
             }
         }
         unsafe chain.prepend(onto: &released)
-        // Paced ones were unlinked before any left on the list: they go first.
-        unsafe flushPaced(onto: &released)
         return reporting
     }
 
@@ -215,7 +183,6 @@ extension OperationQueue.State {
         unsafe sweep(onto: &chain)
         var released: Unmanaged<Operation>? = nil
         unsafe chain.prepend(onto: &released)
-        unsafe flushPaced(onto: &released)
         // A wait returns once these are released (`isDrained`).
         if unsafe released != nil { unsafe releasing += 1 }
         return unsafe released
@@ -298,29 +265,6 @@ struct ReleaseChain {
             unsafe first = unsafe u
         }
         unsafe last = unsafe u
-    }
-
-    /// Takes the first operation off the chain, with its reference; its link is nil.
-    mutating func popFirst() -> Unmanaged<Operation>? {
-        guard let f = unsafe first else { return nil }
-        let next = unsafe f.withGuaranteedReference { unsafe $0.queueFields.next }
-        unsafe first = unsafe next
-        if unsafe next == nil { unsafe last = nil }
-        unsafe f.withGuaranteedReference { unsafe $0.queueFields.next = nil }
-        return unsafe f
-    }
-
-    /// Appends `other`'s operations, in order, and leaves it empty.
-    mutating func append(contentsOf other: inout ReleaseChain) {
-        guard let f = unsafe other.first else { return }
-        if let l = unsafe last {
-            unsafe l.withGuaranteedReference { unsafe $0.queueFields.next = unsafe f }
-        } else {
-            unsafe first = unsafe f
-        }
-        unsafe last = unsafe other.last
-        unsafe other.first = nil
-        unsafe other.last = nil
     }
 
     /// Puts the whole chain in front of `released`, which takes over its references.

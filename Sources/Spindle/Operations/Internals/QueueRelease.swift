@@ -13,8 +13,7 @@ import Synchronization
 //   a check behind the pool's queued work lets go of what has finished, if still
 //   nothing has been added (`releaseIfQuiet`).
 // - A watched queue's: an add to a queue that lists another operation arms a watch,
-//   which ticks while finished operations are listed or paced (a prune took them off
-//   the list and has not yet released them) and, in direct mode, while
+//   which ticks while finished operations are listed and, in direct mode, while
 //   operations run (out of it every finish arms it again). A tick that finds nothing added
 //   since the last lets go of what has finished: an operation that finished before one
 //   added after it, which runs for long, is not kept until that one ends (`watchTick`).
@@ -136,10 +135,9 @@ extension OperationQueue {
             let quiet = unsafe s.watch == s.nextOrder
             let released = unsafe quiet ? s.releaseFinished() : nil
             let running = counts.load(ordering: .sequentiallyConsistent) & OperationQueue.runningMask
-            let listed = unsafe s.linked > unfinishedCount || s.pacedCount != 0
+            let listed = unsafe s.linked > unfinishedCount
             // Finished operations still listed (one whose runner was still returning
-            // from it, say), or taken off the list by a prune and not yet released
-            // (`paced`): on. Otherwise, while some run, on in direct mode only, where
+            // from it, say): on. Otherwise, while some run, on in direct mode only, where
             // a finish may take no lock; out of it every finish takes the lock and arms
             // the watch again (`finishLocked`), so a queue whose one operation runs for
             // hours does not tick meanwhile.

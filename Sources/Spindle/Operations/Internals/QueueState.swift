@@ -22,12 +22,6 @@ extension OperationQueue {
         var tail: Unmanaged<Operation>?
         /// How many operations are linked, finished or not.
         var linked = 0
-        /// Finished operations a prune took off the list and has not yet released, and
-        /// how many: each add releases one (two while many wait), so that the adding
-        /// thread frees about one operation per operation it makes (QueueRegistry.swift,
-        /// `prune`).
-        var paced = unsafe ReleaseChain()
-        var pacedCount = 0
         /// The next `QueueFields.order` to give: one per operation linked or moved to
         /// another priority level. The 58 bits an order is kept in never wrap.
         var nextOrder: UInt64 = 0
