@@ -7,7 +7,9 @@ import Synchronization
 final class Countdown: Sendable {
     /// Keeps `remaining` off the cache line of the object's header, whose reference
     /// count the adding thread changes as it makes and frees blocks that capture the
-    /// countdown, while the workers that run them decrement `remaining`.
+    /// countdown, while the workers that run them decrement `remaining`. 14 words put
+    /// `remaining` 128 bytes into the object: two lines past the 16-byte header, wherever
+    /// malloc places it.
     private let padding: (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     let remaining: Atomic<Int>
     let done = DispatchSemaphore(value: 0)
