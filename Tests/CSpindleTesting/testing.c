@@ -457,11 +457,16 @@ static void yield_until_told(void *ctx, spindle_run_reason reason) {
         sched_yield();
 }
 
-int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_ms) {
-    RUN_IN_FORKED_CHILD(timeout_ms);
-    /* The counts as the parent's monitor left them: from here, the child's own. */
+/* In a forked child, the monitor's counts as the parent's monitor left them: from here,
+ * the child's own. */
+static void monitor_counts_reset(void) {
     atomic_store_explicit(&spindle_test_monitor_naps, 0, memory_order_relaxed);
     atomic_store_explicit(&spindle_test_monitor_wakes, 0, memory_order_relaxed);
+}
+
+int spindle_test_resumed_worker_wakes_monitor_in_forked_child(uint32_t timeout_ms) {
+    RUN_IN_FORKED_CHILD(timeout_ms);
+    monitor_counts_reset();
     yielders_reset();
     /* A process-wide kind of pool: only those follow an active limit (W6). */
     spindle_config cfg;
@@ -524,8 +529,7 @@ static void *create_one_worker_pool(void *out) {
  * must refuse work as every inherited pool does. */
 static int monitor_sleeps_beside(spindle_pool *half) {
     atomic_store_explicit(&spindle_test_registration_gate, 0, memory_order_relaxed);
-    atomic_store_explicit(&spindle_test_monitor_naps, 0, memory_order_relaxed);
-    atomic_store_explicit(&spindle_test_monitor_wakes, 0, memory_order_relaxed);
+    monitor_counts_reset();
     spindle_pool *pool = one_worker_pool();
     if (!pool) return 65;
     static _Atomic int ran;
