@@ -41,17 +41,18 @@ check() { # model, defines, expect (ok|fails), directory of its own; prints the 
   fi
   return 1
 }
-# The checks, one line each: model, defines (or -), expect.
+# The checks, one line each: model (a path inside the repository, without spaces, as the
+# checkout's own path may have), defines (or -), expect.
+repo="$(pwd)"
 checks=()
 for model in Tests/Models/*.pml; do
-  abs="$(pwd)/$model"
-  checks+=("$abs - ok")
+  checks+=("$model - ok")
   # Variants (`-DVARIANT...`): other configurations of the protocol, which must pass too.
   for variant in $(grep -o -- '-DVARIANT[A-Z_]*' "$model" | sort -u); do
-    checks+=("$abs $variant ok")
+    checks+=("$model $variant ok")
   done
   for mutant in $(grep -o -- '-DMUTANT[A-Z_]*' "$model" | sort -u); do
-    checks+=("$abs $mutant fails")
+    checks+=("$model $mutant fails")
   done
 done
 jobs=${SPINDLE_MODEL_JOBS:-$(nproc 2>/dev/null || echo 1)}
@@ -61,7 +62,7 @@ run() {
   local i="$1" model defines expect rc=0
   read -r model defines expect <<< "${checks[$i]}"
   [ "$defines" = - ] && defines=""
-  check "$model" "$defines" "$expect" "$work/$i" > "$work/$i.out" 2>&1 || rc=$?
+  check "$repo/$model" "$defines" "$expect" "$work/$i" > "$work/$i.out" 2>&1 || rc=$?
   echo "$rc" > "$work/$i.status"
   rm -rf "${work:?}/$i"
 }
